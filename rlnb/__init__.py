@@ -1,0 +1,22 @@
+"""rlnb: a Jupyter-first research kit for RL post-training of language models.
+
+Shape legend (used in every docstring and ``# [..]`` comment of the package):
+
+    P   prompts in a step
+    G   generations per prompt (a "group")
+    B   sequences in a batch, B = P*G
+    T   tokens per sequence (padded)
+    S   the seed's padded sequence length; stored per-token tensors are [B, S] with index t =
+        quantity for token t, current-policy log-probs are [B, S-1] with index t = log-prob of
+        token t+1 (see ``rlnb.algorithms.logprobs``)
+    V   vocabulary size
+
+Layers: ``rlnb.algorithms`` (pure tensor math), then the engine and run plumbing. Nothing in
+``rlnb`` imports Jupyter packages; the UI layer is ``rlnb.widgets``.
+"""
+
+from rlnb.algorithms import *  # noqa: F401,F403
+from rlnb.algorithms import __all__ as _algorithms_all
+
+__version__ = "0.1.0"
+__all__ = [*_algorithms_all, "__version__"]

@@ -1,0 +1,262 @@
+"""PPO advantage estimators: generalised advantage estimation (GAE) and the raw reward.
+
+    δ_t = R_t + γ·V_{t+1} - V_t,    A_t = Σ_l (γλ)^l δ_{t+l},    returns_t = A_t + V_t
+
+GAE: https://arxiv.org/abs/1506.02438; PPO: https://arxiv.org/abs/1707.06347; decoupled
+value/policy λ and length-adaptive λ_policy = 1 - 1/(α·L) come from VAPO
+(https://arxiv.org/abs/2504.05118) / VC-PPO (https://arxiv.org/abs/2503.01491).
+
+Implementation choices (spec §0, §4.1-4.2):
+1) Token rewards are 0 except the sequence reward at the row's *last* valid token (the last
+   generated token, even if env tokens follow in multi-turn), optionally minus β·KL at every
+   token (``use_kl_in_reward``), then masked.
+2) The recursion runs right to left with carry-forward masking: masked positions advance
+   neither the bootstrap value nor the accumulator, so gaps between turns are skipped; the
+   value past the last valid token is 0 (terminal). Vectorised over rows; the loop over T
+   is inherent to GAE.
+3) If λ_value, λ_policy or α is set, the recursion runs twice: returns from the λ_value pass,
+   advantages from the λ_policy pass. Returns = raw A + V and are *not* masked.
+4) Whitening uses the masked mean and the Bessel-corrected masked variance:
+   (A - μ)·rsqrt(σ² + 1e-8). One valid token gives NaN (as NeMo-RL). A is then zeroed
+   wherever mask = 0, with or without whitening.
+5) Values are the critic's head output shifted right by one (``shift_values``): V_t is the
+   value of the state *before* token t.
+6) Raw reward: A = r on every token, whitened with mean/var over Σ M floored at 1 and the
+   variance floored at 1e-8 (an all-zero mask gives r·1e4, as NeMo-RL); returns None.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from pydantic import Field, field_validator
+
+from rlnb.algorithms.advantages import _KLRewardConfig, kl_in_reward
+from rlnb.algorithms.checks import check_mask, check_tensor, choose
+from rlnb.algorithms.masked import masked_mean, masked_var
+from rlnb.config import Config, parse_config
+
+
+def shift_values(head_output: torch.Tensor) -> torch.Tensor:
+    """Critic output ``[B, S]`` (or ``[B, S, 1]``) -> ``V [B, S]`` with V_t = out_{t-1}, V_0 = 0."""
+    if head_output.ndim == 3 and head_output.shape[-1] == 1:
+        head_output = head_output.squeeze(-1)
+    check_tensor("head_output", head_output, ndim=2, floating=True)
+    return torch.nn.functional.pad(head_output[:, :-1], (1, 0))
+
+
+def token_level_rewards(
+    rewards: torch.Tensor, mask: torch.Tensor, kl_penalty: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Sequence reward at the last valid token, minus optional per-token β·KL, masked.
+
+    Args:
+        rewards: ``[B]``; mask: ``[B, S]`` 0/1; kl_penalty: optional ``[B, S]`` β·KL.
+    Returns: ``[B, S]``.
+    """
+    token_rewards = torch.zeros_like(mask, dtype=rewards.dtype)
+    if kl_penalty is not None:
+        token_rewards = token_rewards - kl_penalty
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    last = torch.where(mask > 0, positions, -1).max(dim=1).values  # [B], -1 if no valid token
+    rows = torch.nonzero(last >= 0).squeeze(-1)
+    token_rewards = token_rewards.index_put((rows, last[rows]), rewards[rows], accumulate=True)
+    return token_rewards * mask
+
+
+def gae_recursion(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    gamma: float,
+    lam: float | torch.Tensor,
+) -> torch.Tensor:
+    """Raw (un-whitened) GAE advantages with carry-forward masking.
+
+    Args:
+        token_rewards, values, mask: ``[B, S]``.
+        gamma: discount γ.
+        lam: λ, a float or a per-row ``[B]`` tensor.
+    Returns: ``[B, S]``.
+    """
+    B, S = values.shape
+    lam = torch.as_tensor(lam, dtype=values.dtype, device=values.device).expand(B)  # [B]
+    next_value = torch.zeros(B, dtype=values.dtype, device=values.device)
+    running = torch.zeros_like(next_value)
+    out = torch.empty_like(values)
+    for t in range(S - 1, -1, -1):
+        m = mask[:, t]
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        candidate = delta + gamma * lam * running
+        next_value = m * values[:, t] + (1 - m) * next_value
+        running = m * candidate + (1 - m) * running
+        out[:, t] = running
+    return out
+
+
+def whiten(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(A - μ)·rsqrt(σ² + 1e-8), μ/σ² masked (σ² Bessel-corrected). ``[B, S]`` -> ``[B, S]``."""
+    mean = masked_mean(advantages, mask)
+    var = masked_var(advantages, mask, mean=mean, unbiased=True)
+    return (advantages - mean) * torch.rsqrt(var + 1e-8)
+
+
+def gae_advantages(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    gae_gamma: float = 1.0,
+    gae_lambda: float = 0.95,
+    normalize_advantages: bool = True,
+    gae_lambda_value: float | None = None,
+    gae_lambda_policy: float | None = None,
+    length_adaptive_alpha: float = 0.0,
+    kl_penalty: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE advantages and returns for PPO.
+
+    Args:
+        rewards: ``[B]`` sequence rewards.
+        values: ``[B, S]`` right-shifted critic values (``shift_values``).
+        mask: ``[B, S]`` token_mask·sample_mask.
+        kl_penalty: optional ``[B, S]`` β·KL subtracted from the token rewards.
+    Returns:
+        ``(advantages [B, S], returns [B, S])``.
+    """
+    m = check_mask("mask", mask, shape=tuple(values.shape))
+    check_tensor("rewards", rewards, shape=(values.shape[0],), floating=True)
+    check_tensor("values", values, ndim=2, floating=True)
+    token_rewards = token_level_rewards(rewards, m, kl_penalty)
+    lam_value = gae_lambda if gae_lambda_value is None else gae_lambda_value
+    if length_adaptive_alpha > 0:
+        lengths = m.sum(dim=1)  # [B]
+        lam_policy = (1 - 1 / (length_adaptive_alpha * lengths).clamp(min=1)).clamp(0, 1)
+    elif gae_lambda_policy is not None:
+        lam_policy = gae_lambda_policy
+    else:
+        lam_policy = gae_lambda
+    decoupled = (
+        gae_lambda_value is not None or gae_lambda_policy is not None or length_adaptive_alpha > 0
+    )
+    raw_value = gae_recursion(token_rewards, values, m, gamma=gae_gamma, lam=lam_value)
+    raw_policy = (
+        gae_recursion(token_rewards, values, m, gamma=gae_gamma, lam=lam_policy)
+        if decoupled
+        else raw_value
+    )
+    returns = raw_value + values
+    advantages = whiten(raw_policy, m) if normalize_advantages else raw_policy
+    return torch.where(m > 0, advantages, torch.zeros_like(advantages)), returns
+
+
+def raw_reward_advantages(
+    rewards: torch.Tensor, mask: torch.Tensor, *, normalize_advantages: bool = True
+) -> torch.Tensor:
+    """A = r on every token, optionally whitened over masked tokens.
+
+    Args: rewards ``[B]``, mask ``[B, S]``. Returns ``[B, S]``.
+    """
+    m = check_mask("mask", mask, shape=(rewards.shape[0], None))
+    advantages = rewards.float().unsqueeze(-1).expand_as(m)
+    if not normalize_advantages:
+        return advantages
+    count = m.sum().clamp(min=1)
+    mean = (advantages * m).sum() / count
+    var = ((advantages - mean).square() * m).sum() / count
+    return (advantages - mean) * torch.rsqrt(var.clamp(min=1e-8))
+
+
+class PPOAdvEstimatorConfig(Config):
+    """``ppo.adv_estimator``: GAE (with VAPO's decoupled/length-adaptive λ) or the raw reward."""
+
+    name: str = Field("gae", description="gae | raw_reward")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE λ (PPO default 0.95).")
+    gae_gamma: float = Field(1.0, ge=0, le=1, description="Discount γ; 1.0 for LM episodes.")
+    normalize_advantages: bool = Field(True, description="Whiten advantages over valid tokens.")
+    gae_lambda_value: float | None = Field(
+        None, ge=0, le=1, description="λ for the returns (VAPO uses 1.0)."
+    )
+    gae_lambda_policy: float | None = Field(None, ge=0, le=1, description="λ for the advantages.")
+    length_adaptive_alpha: float = Field(
+        0.0, ge=0, description="VAPO λ_policy = 1 - 1/(α·L); VAPO recommends α = 0.05."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        choose(PPO_ADVANTAGE_ESTIMATORS, name, "PPO advantage estimator")
+        return name
+
+
+class _PPOEstimator:
+    def __init__(self, estimator_config: Any = None, loss_config: Any = None):
+        self.config = parse_config(PPOAdvEstimatorConfig, estimator_config, "ppo.adv_estimator")
+        self.loss_config = parse_config(_KLRewardConfig, loss_config, "loss_fn")
+
+    def _kl(self, logprobs_policy, logprobs_reference):
+        lc = self.loss_config
+        use = lc.use_kl_in_reward and lc.reference_policy_kl_penalty > 0
+        if not use or logprobs_policy is None or logprobs_reference is None:
+            return None
+        return kl_in_reward(
+            logprobs_policy,
+            logprobs_reference,
+            reference_policy_kl_penalty=lc.reference_policy_kl_penalty,
+            reference_policy_kl_type=lc.reference_policy_kl_type,
+        )
+
+
+class GeneralizedAdvantageEstimator(_PPOEstimator):
+    """GAE for PPO; ``compute_advantage`` returns ``(advantages [B, S], returns [B, S])``."""
+
+    def compute_advantage(
+        self,
+        prompt_ids,
+        rewards,
+        mask,
+        values=None,
+        logprobs_policy=None,
+        logprobs_reference=None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``values [B, S]``: right-shifted critic values (required)."""
+        if values is None:
+            raise ValueError("GAE needs values [B, S] (the right-shifted critic predictions)")
+        c = self.config
+        return gae_advantages(
+            rewards,
+            values,
+            mask,
+            gae_gamma=c.gae_gamma,
+            gae_lambda=c.gae_lambda,
+            normalize_advantages=c.normalize_advantages,
+            gae_lambda_value=c.gae_lambda_value,
+            gae_lambda_policy=c.gae_lambda_policy,
+            length_adaptive_alpha=c.length_adaptive_alpha,
+            kl_penalty=self._kl(logprobs_policy, logprobs_reference),
+        )
+
+
+class RawRewardAdvantageEstimator(_PPOEstimator):
+    """A = r (optionally whitened); returns ``(advantages [B, S], None)``."""
+
+    def compute_advantage(self, prompt_ids, rewards, mask, **kwargs):
+        a = raw_reward_advantages(
+            rewards, mask, normalize_advantages=self.config.normalize_advantages
+        )
+        return a, None
+
+
+PPO_ADVANTAGE_ESTIMATORS = {
+    "gae": GeneralizedAdvantageEstimator,
+    "raw_reward": RawRewardAdvantageEstimator,
+}
+
+
+def make_ppo_advantage_estimator(estimator_config: Any = None, loss_config: Any = None):
+    """Build the PPO estimator named by ``estimator_config['name']``."""
+    cfg = parse_config(PPOAdvEstimatorConfig, estimator_config, "ppo.adv_estimator")
+    return PPO_ADVANTAGE_ESTIMATORS[cfg.name](cfg, loss_config)

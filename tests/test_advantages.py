@@ -1,0 +1,161 @@
+"""GRPO, GDPO, Reinforce++ and OPD advantages (spec §3): examples, references, properties."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlnb import (
+    GDPOAdvantageEstimator,
+    GRPOAdvantageEstimator,
+    ReinforcePlusPlusAdvantageEstimator,
+    make_advantage_estimator,
+)
+from rlnb.algorithms.advantages import (
+    gdpo_advantages,
+    grpo_advantages,
+    on_policy_distillation_advantages,
+    reinforce_plus_plus_advantages,
+)
+from rlnb.algorithms.kl import calculate_kl
+
+
+def grpo_reference(groups, rewards, loo, normalize):
+    """Python loop over groups; std by the one-pass formula on Python floats."""
+    out = []
+    for i, (g, r) in enumerate(zip(groups, rewards)):
+        members = [rewards[j] for j in range(len(groups)) if groups[j] == g]
+        others = [rewards[j] for j in range(len(groups)) if groups[j] == g and j != i]
+        if len(members) <= 1:
+            out.append(0.0)
+            continue
+        pool = others if loo else members
+        n = len(pool)
+        mean = sum(pool) / n
+        var = (sum(x * x for x in pool) / n - mean * mean) * n / (n - 1) if n > 1 else float("nan")
+        std = math.sqrt(var) if var > 0 else 0.0
+        a = r - mean
+        out.append(a / (std + 1e-6) if normalize and std > 0 else a)
+    return out
+
+
+def test_grpo_verified_examples():
+    ones = torch.ones(3, 5)
+    a = GRPOAdvantageEstimator().compute_advantage(torch.zeros(3, 1), torch.tensor([1.0, 0, 0]), ones)
+    assert a.shape == (3, 5)
+    torch.testing.assert_close(a[:, 0], torch.tensor([1.0, -0.70711, -0.70711]), atol=1e-5, rtol=0)
+    p4, r4 = torch.zeros(4, 1), torch.tensor([1.0, 0, 0, 1])
+    torch.testing.assert_close(grpo_advantages(p4, r4), torch.tensor([1.1547, -1.1547, -1.1547, 1.1547]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(grpo_advantages(p4, r4, leave_one_out=False), torch.tensor([0.86602, -0.86602, -0.86602, 0.86602]), atol=1e-5, rtol=0)
+    # loo group of 2: std = 0, the raw difference stays [spec: [0, 1] -> [-1, 1]].
+    torch.testing.assert_close(grpo_advantages(torch.zeros(2, 1), torch.tensor([0.0, 1.0])), torch.tensor([-1.0, 1.0]))
+
+
+def test_grpo_broadcast_is_nonzero_on_prompt_positions():
+    mask = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
+    a = GRPOAdvantageEstimator().compute_advantage(torch.zeros(2, 1), torch.tensor([0.0, 1.0]), mask)
+    assert (a[:, 0] != 0).all()  # masking happens in the loss, as in NeMo-RL
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    loo=st.booleans(),
+    normalize=st.booleans(),
+    seed=st.integers(0, 10_000),
+)
+def test_grpo_matches_loop_reference(sizes, loo, normalize, seed):
+    g = torch.Generator().manual_seed(seed)
+    groups = [i for i, n in enumerate(sizes) for _ in range(n)]
+    rewards = (torch.randint(0, 3, (len(groups),), generator=g).float() / 2).tolist()
+    got = grpo_advantages(torch.tensor(groups)[:, None], torch.tensor(rewards), leave_one_out=loo, normalize_rewards=normalize)
+    torch.testing.assert_close(got, torch.tensor(grpo_reference(groups, rewards, loo, normalize)), atol=1e-5, rtol=1e-5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(G=st.integers(2, 6), P=st.integers(1, 4), seed=st.integers(0, 10_000), loo=st.booleans())
+def test_grpo_is_permutation_equivariant_and_zero_for_equal_groups(G, P, seed, loo):
+    g = torch.Generator().manual_seed(seed)
+    prompt_ids = torch.arange(P).repeat_interleave(G)[:, None]  # [B, 1], B = P*G
+    rewards = torch.rand(P * G, generator=g)
+    perm = torch.randperm(P * G, generator=g)
+    a = grpo_advantages(prompt_ids, rewards, leave_one_out=loo)
+    # summation order changes with the permutation: equal up to float32 rounding of the sums
+    torch.testing.assert_close(grpo_advantages(prompt_ids[perm], rewards[perm], leave_one_out=loo), a[perm], atol=1e-4, rtol=1e-4)
+    equal = torch.rand(P, generator=g).round().repeat_interleave(G)  # 0/1, equal within groups
+    assert (grpo_advantages(prompt_ids, equal, leave_one_out=False) == 0).all()
+
+
+def test_gdpo_whitens_the_weighted_sum_over_rows():
+    p = torch.tensor([[0], [0], [1], [1]])
+    comps = {"reward/b": torch.tensor([1.0, 0.0, 1.0, 1.0]), "reward/a": torch.tensor([0.0, 1.0, 0.5, 0.0])}
+    got = gdpo_advantages(p, comps, reward_weights=[2.0, 1.0], leave_one_out=False)
+    # weights follow sorted order: a gets 2, b gets 1
+    total = 2 * grpo_advantages(p, comps["reward/a"], leave_one_out=False) + grpo_advantages(p, comps["reward/b"], leave_one_out=False)
+    torch.testing.assert_close(got, (total - total.mean()) / total.std())
+    assert got.std().item() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_gdpo_single_row_and_component_checks():
+    one = {"reward/a": torch.tensor([1.0]), "reward/b": torch.tensor([0.0])}
+    assert gdpo_advantages(torch.zeros(1, 1), one).tolist() == [0.0]  # spec [verified]: B = 1 -> 0
+    with pytest.raises(ValueError, match="at least 2 reward components"):
+        gdpo_advantages(torch.zeros(2, 1), {"reward/a": torch.ones(2)})
+    with pytest.raises(ValueError, match="reward_weights has 3 entries"):
+        gdpo_advantages(torch.zeros(1, 1), one, reward_weights=[1, 2, 3])
+
+
+def test_gdpo_estimator_reads_reward_components_from_repeated_batch():
+    est = GDPOAdvantageEstimator({"name": "gdpo", "use_leave_one_out_baseline": False})
+    batch = {"reward/x": torch.tensor([1.0, 0.0]), "reward/y": torch.tensor([1.0, 1.0]), "other": 3}
+    a = est.compute_advantage(torch.zeros(2, 1), torch.zeros(2), torch.ones(2, 3), repeated_batch=batch)
+    torch.testing.assert_close(a[:, 0], torch.tensor([0.70711, -0.70711]), atol=1e-5, rtol=0)
+
+
+def test_reinforce_plus_plus_whitens_over_masked_tokens_and_subtracts_kl():
+    p = torch.tensor([[0], [0], [1]])
+    r = torch.tensor([1.0, 0.0, 5.0])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    prev = torch.tensor([[-1.0, -2.0, -3.0]] * 3)
+    ref = prev + 0.5
+    est = ReinforcePlusPlusAdvantageEstimator({"name": "reinforce_plus_plus"}, {"use_kl_in_reward": True, "reference_policy_kl_penalty": 0.1})
+    got = est.compute_advantage(p, r, mask, logprobs_policy=prev, logprobs_reference=ref)
+    raw = torch.tensor([0.5, -0.5, 0.0])[:, None].expand(3, 3) - 0.1 * calculate_kl(prev, ref, "k3")
+    mu = (raw * mask).sum() / mask.sum()
+    var = ((raw - mu) ** 2 * mask).sum() / mask.sum()
+    torch.testing.assert_close(got, (raw - mu) / var.sqrt())
+    assert got[0, 2].item() != 0  # masked positions are whitened, not zeroed
+
+
+def test_reinforce_plus_plus_all_zero_mask_is_nan():
+    a = reinforce_plus_plus_advantages(torch.zeros(2, 1), torch.tensor([1.0, 0.0]), torch.zeros(2, 3))
+    assert torch.isnan(a).all()
+
+
+def test_opd_advantages_and_metrics():
+    teacher = torch.tensor([[-1.0, -0.5], [-2.0, -1.0]])
+    prev = torch.tensor([[-1.5, -0.5], [-1.0, -3.0]])
+    mask = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
+    a, m = on_policy_distillation_advantages(teacher, prev, mask)
+    torch.testing.assert_close(a, torch.tensor([[0.5, 0.0], [0.0, 2.0]]))
+    assert m["on_policy_distillation/teacher_student_logprob_gap_mean"] == pytest.approx(2.5 / 3)
+    assert m["on_policy_distillation/adv_std"] == pytest.approx(torch.tensor([0.5, 0.0, 2.0]).std().item())
+
+
+def test_unknown_estimator_and_config_keys_fail_with_dotted_paths():
+    with pytest.raises(ValueError, match=r"grpo\.adv_estimator\.name.*did you mean 'grpo'"):
+        make_advantage_estimator({"name": "gpro"})
+    with pytest.raises(ValueError, match=r"grpo\.adv_estimator\.normalise_rewards: unknown key; did you mean 'normalize_rewards'"):
+        make_advantage_estimator({"normalise_rewards": False})
+
+
+def test_bad_tensors_name_the_argument():
+    est = GRPOAdvantageEstimator()
+    with pytest.raises(ValueError, match="batch sizes disagree"):
+        est.compute_advantage(torch.zeros(3, 1), torch.zeros(2), torch.ones(2, 4))
+    with pytest.raises(ValueError, match="rewards must be a floating-point"):
+        est.compute_advantage(torch.zeros(2, 1), torch.tensor([1, 0]), torch.ones(2, 4))
+    with pytest.raises(ValueError, match=r"mask must contain only 0 and 1, got 0\.5"):
+        est.compute_advantage(torch.zeros(2, 1), torch.zeros(2), torch.full((2, 4), 0.5))

@@ -1,0 +1,139 @@
+"""The package: exports, import hygiene, rlnb.widgets mapping, env/pyproject drift, README, CLI."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+import yaml
+
+import rlnb
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+SEED_NAMES = [
+    "GRPOAdvantageEstimator", "GDPOAdvantageEstimator", "ReinforcePlusPlusAdvantageEstimator",
+    "GeneralizedAdvantageEstimator", "RawRewardAdvantageEstimator", "ClippedPGLossFn", "NLLLoss",
+    "PreferenceLoss", "DPOLossFn", "MseValueLossFn", "SequencePackingLossWrapper",
+    "calculate_baseline_and_std_per_prompt", "calculate_kl", "masked_mean", "masked_var",
+    "clipped_pg_loss", "grpo_advantages", "gae_advantages", "dpo_loss", "dynamic_sampling",
+    "ReplayBuffer", "scale_rewards", "shape_rewards", "overlong_filter", "clip_advantages",
+]
+
+
+def test_seed_names_and_pure_functions_are_importable_from_rlnb():
+    missing = [n for n in SEED_NAMES if not hasattr(rlnb, n)]
+    assert not missing
+    assert set(rlnb.__all__) >= set(SEED_NAMES)
+    assert all(hasattr(rlnb, n) for n in rlnb.__all__)
+
+
+def test_import_rlnb_needs_no_jupyter_packages():
+    code = (
+        "import sys, rlnb, rlnb.cli\n"
+        "bad = [m for m in ('ipywidgets', 'plotly', 'IPython', 'jupyterlab', 'papermill', "
+        "'rlnb.widgets') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def _install_and_import(tmp_path, editable: bool):
+    """pip-install the project (no deps) into a fresh prefix; import it from a neutral folder."""
+    prefix = tmp_path / "prefix"
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+           "--prefix", str(prefix)]
+    cmd += ["-e", str(ROOT)] if editable else [str(ROOT)]
+    subprocess.run(cmd, check=True, cwd=tmp_path, env={**os.environ, "PIP_NO_INPUT": "1"})
+    site = next(prefix.glob("lib/python*/site-packages"))
+    code = (
+        "import site, sys\n"
+        f"sys.path = [p for p in sys.path if p not in ('', {str(ROOT)!r})]\n"
+        f"site.addsitedir({str(site)!r})\n"
+        "import importlib.util as u\n"
+        "import rlnb, rlnb.widgets\n"
+        "print(rlnb.__file__); print(rlnb.widgets.__file__)\n"
+        "print(u.find_spec('widgets') is None)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path,
+                         capture_output=True, text=True).stdout.split()
+    return out
+
+
+@pytest.mark.parametrize("editable", [False, True], ids=["wheel", "editable"])
+def test_widgets_folder_installs_as_rlnb_widgets_without_a_top_level_name(tmp_path, editable):
+    rlnb_file, widgets_file, no_top_level = _install_and_import(tmp_path, editable)
+    assert Path(widgets_file).parent.name == "widgets"
+    if editable:  # served from the checkout
+        assert Path(widgets_file).parent == ROOT / "widgets"
+    else:  # copied into site-packages under rlnb/
+        assert Path(widgets_file).parent.parent.name == "rlnb" and str(tmp_path) in widgets_file
+        assert str(tmp_path) in rlnb_file
+    assert no_top_level == "True", "a top-level 'widgets' module is importable: name collision"
+
+
+def test_environment_yml_matches_pyproject_and_constraints():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    deps = env["dependencies"]
+    python = next(d for d in deps if isinstance(d, str) and d.startswith("python="))
+    major, minor = map(int, python.split("=")[1].split(".")[:2])
+    floor = PYPROJECT["project"]["requires-python"].removeprefix(">=")
+    assert (major, minor) >= tuple(map(int, floor.split(".")))
+    assert "pip" in deps
+    pip = next(d["pip"] for d in deps if isinstance(d, dict))
+    constraints = [
+        line.strip() for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for pin in constraints:  # every pin of constraints.txt, exactly
+        assert pin in pip, f"environment.yml lacks the pin {pin}"
+    package = [d for d in pip if d.startswith("-e .")]
+    assert len(package) == 1
+    extras = set(re.search(r"\[(.*)\]", package[0]).group(1).split(","))
+    assert extras == {"notebook", "dev"}
+    assert extras <= set(PYPROJECT["project"]["optional-dependencies"])
+    declared = {re.split(r"[<>=!\[ ]", d)[0].lower() for d in PYPROJECT["project"]["dependencies"]}
+    for line in pip:  # anything else listed must be a declared dependency
+        if not line.startswith("-e"):
+            assert re.split(r"[<>=!\[ ]", line)[0].lower() in declared, line
+
+
+def _quick_start_blocks():
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```(\w*)\n(.*?)```", section, re.S)
+
+
+def test_readme_quick_start_has_two_shell_blocks_sharing_the_torch_pin():
+    assert (ROOT / "README.md").read_text().startswith("# rlnb\n")
+    blocks = _quick_start_blocks()
+    assert [lang for lang, _ in blocks] == ["bash", "bash"]
+    for _, body in blocks:
+        assert "-c constraints.txt" in body
+    assert "rlnb " in blocks[0][1] and "pytest" in blocks[1][1]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "README.md" in ci and "pytest" not in ci  # CI reads the command, never copies it
+
+
+def test_readme_python_example_runs():
+    text = (ROOT / "README.md").read_text()
+    (example,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    exec(compile(example, "README.md", "exec"), {})
+
+
+def test_cli_demo_runs_and_shows_every_estimator():
+    out = subprocess.run([sys.executable, "-m", "rlnb.cli", "demo", "--seed", "1"], cwd=ROOT,
+                         check=True, capture_output=True, text=True).stdout
+    for label in ("GRPO (RLOO baseline)", "Reinforce++", "GSPO sequence ratios", "k3:"):
+        assert label in out
+
+
+def test_cli_rejects_unknown_commands():
+    res = subprocess.run([sys.executable, "-m", "rlnb.cli", "trian"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and "invalid choice: 'trian'" in res.stderr
