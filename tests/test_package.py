@@ -1,9 +1,9 @@
 """The package: exports, import hygiene, rlnb.widgets mapping, env/pyproject drift, README, CLI."""
 
-import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -44,13 +44,22 @@ def test_import_rlnb_needs_no_jupyter_packages():
 
 
 def _install_and_import(tmp_path, editable: bool):
-    """pip-install the project (no deps) into a fresh prefix; import it from a neutral folder."""
-    prefix = tmp_path / "prefix"
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-           "--prefix", str(prefix)]
-    cmd += ["-e", str(ROOT)] if editable else [str(ROOT)]
-    subprocess.run(cmd, check=True, cwd=tmp_path, env={**os.environ, "PIP_NO_INPUT": "1"})
-    site = next(prefix.glob("lib/python*/site-packages"))
+    """Build the wheel (or the PEP 660 editable wheel) with the project's build backend, unpack
+    it into a fresh folder, and import from there in a neutral working directory.
+
+    Nothing is installed into the running environment (``pip install --prefix`` would
+    uninstall the environment's own rlnb as a side effect).
+    """
+    hook = "build_editable" if editable else "build_wheel"
+    build = (
+        "import sys; from setuptools import build_meta as b; "
+        f"print(b.{hook}(sys.argv[1]))"
+    )
+    out = tmp_path / "dist"
+    name = subprocess.run([sys.executable, "-c", build, str(out)], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    site = tmp_path / "site"
+    zipfile.ZipFile(out / name).extractall(site)
     code = (
         "import site, sys\n"
         f"sys.path = [p for p in sys.path if p not in ('', {str(ROOT)!r})]\n"
@@ -60,9 +69,8 @@ def _install_and_import(tmp_path, editable: bool):
         "print(rlnb.__file__); print(rlnb.widgets.__file__)\n"
         "print(u.find_spec('widgets') is None)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path,
-                         capture_output=True, text=True).stdout.split()
-    return out
+    return subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path,
+                          capture_output=True, text=True).stdout.split()
 
 
 @pytest.mark.parametrize("editable", [False, True], ids=["wheel", "editable"])

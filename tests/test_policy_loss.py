@@ -131,12 +131,11 @@ def test_matches_loop_reference(cfg):
     assert list(metrics) == [k for k in METRIC_KEYS if k != "is_oob_ratio" or "truncated_importance_sampling_type" in cfg]
 
 
-@pytest.mark.parametrize("cfg", [VARIANTS[1], VARIANTS[3], VARIANTS[5], VARIANTS[9]], ids=str)
+# CISPO and force_on_policy_ratio stop gradients on purpose, which finite differences cannot see.
+@pytest.mark.parametrize("cfg", [VARIANTS[1], VARIANTS[3], VARIANTS[4], VARIANTS[9]], ids=str)
 def test_gradient_matches_finite_differences(cfg):
     c, p, q, ref, A, tm, sm = random_batch(B=3, T=4, seed=3, dtype=torch.float64)
     cfg = {**cfg, "reference_policy_kl_penalty": 0.0}  # KL's score term is invisible to FD
-    if cfg.get("use_cispo"):
-        pytest.skip("CISPO stops the gradient through the ratio on purpose")
     f = lambda x: run(cfg, x, p, q, ref, A, tm, sm)[0]  # noqa: E731
     assert torch.autograd.gradcheck(f, (c.clone().requires_grad_(),))
 
