@@ -99,3 +99,25 @@ def test_rewards_for_std_changes_only_the_std():
     b2, s2 = calculate_baseline_and_std_per_prompt(p, r, None, False, rewards_for_std=2 * r)
     torch.testing.assert_close(b1, b2)
     torch.testing.assert_close(s2, 2 * s1)
+
+
+def test_group_ids_stay_exact_when_the_row_hash_collides(monkeypatch):
+    import rlnb.algorithms.baselines as baselines
+
+    rows = torch.tensor([[1, 2], [2, 1], [1, 2], [3, 0], [2, 1]])
+    # With all-ones weights every row above hashes to 3: only the exact fallback can separate them.
+    monkeypatch.setattr(baselines, "_hash_weights", lambda width, device: torch.ones(width, dtype=torch.long))
+    got = baselines.group_ids(rows)
+    assert got[0] == got[2] and got[1] == got[4]
+    assert len({got[0].item(), got[1].item(), got[3].item()}) == 3
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), width=st.integers(2, 6), groups=st.integers(1, 8))
+def test_group_ids_partition_equals_torch_unique(seed, width, groups):
+    g = torch.Generator().manual_seed(seed)
+    distinct = torch.randint(0, 3, (groups, width), generator=g)  # small alphabet: many ties
+    rows = distinct[torch.randint(0, groups, (20,), generator=g)]
+    got = group_ids(rows)
+    want = torch.unique(rows, dim=0, return_inverse=True)[1]
+    assert torch.equal(got[:, None] == got[None, :], want[:, None] == want[None, :])

@@ -28,11 +28,12 @@ Implementation choices (spec §5):
 8) Deliberate difference: ``truncated_importance_sampling_ratio`` set with no type fails when
    the config is built, not at the first loss call.
 9) Metrics are gathered as tensors and turned into floats with a single device sync.
+10) ``compile=True`` runs the same math through ``fused.py``: loss, metrics and gradient in
+    one compiled pass (benchmarks/bench_algorithms.py has the figures).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -41,13 +42,13 @@ import torch
 from pydantic import Field, model_validator
 
 from rlnb.algorithms.checks import check_mask, check_same_shape, check_tensor, choose, upcast
+from rlnb.algorithms.fused import fused_loss_and_grad
+from rlnb.algorithms.importance_sampling import TRUNCATED_IS_TYPES, truncated_importance_weights
 from rlnb.algorithms.kl import KL_ESTIMATORS, calculate_kl
 from rlnb.algorithms.logprobs import next_token_logprobs
 from rlnb.algorithms.masked import masked_mean
 from rlnb.algorithms.reduction import reduce_loss
 from rlnb.config import Config, parse_config
-
-TRUNCATED_IS_TYPES = ("tis", "icepop", "seq-mask-tis")
 
 
 class ClippedPGLossConfig(Config):
@@ -148,37 +149,6 @@ def _masked_min_max(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, 
     return torch.where(valid, x, inf).amin(), torch.where(valid, x, -inf).amax()
 
 
-def _importance_weights(p, q, token_mask, mask, sample_mask, *, sequence_level, kind, hi, lo,
-                        global_valid_toks, global_valid_seqs):
-    """Detached π_prev/π_gen weights after truncation, and the out-of-bounds fraction (or None).
-
-    Returns ``(w, is_oob_ratio)`` with ``w`` of shape ``[B, T]`` (or ``[B, 1]`` for GSPO).
-    """
-    if sequence_level:
-        w = torch.exp(((p - q) * mask).sum(dim=-1, keepdim=True))  # [B, 1]
-    else:
-        w = torch.exp(p - q)  # [B, T]
-    w = torch.nan_to_num(w, nan=0.0, posinf=0.0, neginf=0.0)
-    if hi is None:
-        return w, None
-    if kind == "tis":
-        lo = 0.0 if lo is None else lo
-        out = ((w > hi) | (w < lo)).float()
-        oob = masked_mean(out, mask, global_normalization_factor=global_valid_toks)
-        return w.clamp(lo, hi), oob
-    if kind == "icepop":
-        keep = ((w >= lo) & (w <= hi)).float()
-        oob = masked_mean(1 - keep, mask, global_normalization_factor=global_valid_toks)
-        return w * keep, oob
-    if kind == "seq-mask-tis":
-        log_gmean = masked_mean(torch.nan_to_num(p - q), token_mask, dim=-1)  # [B]
-        g = torch.exp(log_gmean)
-        keep = ((g >= lo) & (g <= hi)).float()  # [B]
-        oob = masked_mean(1 - keep, sample_mask, global_normalization_factor=global_valid_seqs)
-        return w * keep.unsqueeze(-1), oob
-    raise ValueError(f"Invalid truncated importance sampling type: {kind}")
-
-
 def clipped_pg_loss(
     logprobs: torch.Tensor,
     prev_logprobs: torch.Tensor | None,
@@ -235,8 +205,9 @@ def clipped_pg_loss(
     check_tensor("logprobs", logprobs, ndim=2, floating=True)
     shape = tuple(logprobs.shape)
     dtype = upcast(logprobs).dtype  # masks in the values' dtype, so 1e-8 survives in float64
-    tm = check_mask("token_mask", token_mask, shape=shape).to(dtype)
-    sm = check_mask("sample_mask", sample_mask, shape=(shape[0],)).to(dtype)
+    # Shapes are checked here; 0/1 values inside the pass (one fused read), then below.
+    tm = check_tensor("token_mask", token_mask, shape=shape).to(dtype)
+    sm = check_tensor("sample_mask", sample_mask, shape=(shape[0],)).to(dtype)
     check_tensor("generation_logprobs", generation_logprobs, shape=shape, floating=True)
     check_tensor("advantages", advantages, shape=shape, floating=True)
     beta = reference_policy_kl_penalty
@@ -270,11 +241,15 @@ def clipped_pg_loss(
     )
     fusable = logprobs_unfiltered is None or not logprobs_unfiltered.requires_grad
     if compile and fusable:
-        loss, values = _FusedLossAndGrad.apply(logprobs, tensors[1:], hyper)
+        loss, values = fused_loss_and_grad(_clipped_pg_core, logprobs, tensors[1:], hyper)
     else:
         loss, values = _clipped_pg_core(*tensors, **hyper)
     keys = metric_keys(truncated=truncated_importance_sampling_ratio is not None)
-    metrics: dict[str, float] = dict(zip(keys, values.tolist()))  # the one device sync
+    *values, invalid_mask_entries = values.tolist()  # the one device sync
+    if invalid_mask_entries:
+        check_mask("token_mask", token_mask)  # raises, naming the first bad entry
+        check_mask("sample_mask", sample_mask)
+    metrics: dict[str, float] = dict(zip(keys, values))
     if metrics["kl_penalty"] == 0:
         metrics["kl_penalty"] = 0  # an integer 0, as NeMo-RL reports "no KL"
     return loss, metrics
@@ -291,7 +266,8 @@ def _clipped_pg_core(
 ):
     """The math of ``clipped_pg_loss`` on validated inputs; no host sync, so it can be compiled.
 
-    Returns ``(loss, metric_values [K])`` in the order of ``metric_keys``.
+    Returns ``(loss, values [K+1])``: the metrics in the order of ``metric_keys``, then the
+    count of mask entries that are not 0/1.
     """
     c, q, A = upcast(logprobs), upcast(generation_logprobs), upcast(advantages)
     # force_on_policy_ratio: p := sg(c), so the ratio is exactly 1 and prev_logprobs is ignored.
@@ -301,25 +277,38 @@ def _clipped_pg_core(
     kl_fn = KL_ESTIMATORS[reference_policy_kl_type]
     stats: dict[str, torch.Tensor] = {}
 
-    # --- diagnostics: how far apart the trainer and the generation engine are (no gradient)
+    # --- diagnostics: how far apart the trainer and the generation engine are (no gradient).
+    # One exponential serves all of them and the IS weights (the loss is bound by transcendental
+    # math on long batches): r = π_gen/π_prev = e^(q-p), so e^(p-q) = 1/r, e^|q-p| = max(r, 1/r),
+    # and against the mixture m = ½π_prev + ½π_gen: π_prev/m = 2/(1+r), π_gen/m = 2/(1+1/r),
+    # log(π_prev/m) = log 2 - softplus(q-p), log(π_gen/m) = log(π_prev/m) + (q-p).
     with torch.no_grad():
         gap = q - p
-        stats["token_mult_prob_error"] = masked_mean(torch.exp(gap.abs() * M), M, None, n_tok)
-        stats["gen_kl_error"] = masked_mean(kl_fn(-gap), M, None, n_tok)
-        stats["policy_kl_error"] = masked_mean(kl_fn(gap), M, None, n_tok)
-        log_mix = torch.logaddexp(p, q) - math.log(2)  # log(½π_prev + ½π_gen)
-        a, b = p - log_mix, q - log_mix
-        js = 0.5 * ((torch.exp(a) - a - 1) + (torch.exp(b) - b - 1))
+        r = torch.exp(gap)
+        inv_r = 1 / r  # = e^(p-q): the raw token importance weight π_prev/π_gen
+        stats["token_mult_prob_error"] = masked_mean(torch.maximum(r, inv_r), M, None, n_tok)
+        if reference_policy_kl_type == "k3":  # k3(ℓ) = e^ℓ - 1 - ℓ, with e^ℓ already known
+            gen_kl, policy_kl = inv_r - 1 + gap, r - 1 - gap  # ℓ = p - q and ℓ = q - p
+        else:
+            gen_kl, policy_kl = kl_fn(-gap), kl_fn(gap)
+        stats["gen_kl_error"] = masked_mean(gen_kl, M, None, n_tok)
+        stats["policy_kl_error"] = masked_mean(policy_kl, M, None, n_tok)
+        softplus = torch.where(gap > 20, gap, torch.log1p(r))  # log(1 + e^gap), overflow-safe
+        a = math.log(2) - softplus  # log(π_prev / m)
+        b = a + gap  # log(π_gen / m)
+        js = 0.5 * ((2 / (1 + r) - a - 1) + (2 / (1 + inv_r) - b - 1))
         stats["js_divergence_error"] = masked_mean(js, M, None, n_tok)
-        c_d = c.detach()
-        stats["approx_entropy"] = masked_mean(-torch.exp(c_d - q) * c_d, M, None, n_tok)
+        # 0/1 masks are checked here, inside the (possibly fused) pass; the caller raises.
+        stats["invalid_mask_entries"] = (tm * (1 - tm) != 0).sum() + (sm * (1 - sm) != 0).sum()
 
     # --- KL penalty to the reference policy
     if beta != 0:
         if use_on_policy_kl_approximation:
             w_kl = torch.exp(c_u - q)
         else:
-            w_kl = torch.exp(c_u - c_u.detach())  # value 1, gradient ∇log π (score function)
+            # Value 1 and gradient ∇log π (the score-function term): the same value and the
+            # same gradient as exp(log π - sg(log π)), without an exp per token.
+            w_kl = 1 + (c_u - c_u.detach())
         w_kl = torch.nan_to_num(w_kl, nan=0.0, posinf=0.0, neginf=0.0)
         kl_tok = beta * calculate_kl(
             c_u, upcast(reference_logprobs), reference_policy_kl_type,
@@ -331,6 +320,7 @@ def _clipped_pg_core(
         kl = torch.zeros((), device=c.device)
 
     # --- probability ratios and the clipped surrogate
+    token_ratio = None  # exp(c - p) per token, when computed
     if force_on_policy_ratio:
         ratio = torch.exp(c - c.detach())
         ratio_clamped = ratio
@@ -340,10 +330,17 @@ def _clipped_pg_core(
             seq_log_ratio = masked_mean(log_ratio, tm, dim=-1)  # [B], token_mask only
             ratio = torch.exp(seq_log_ratio).unsqueeze(-1).expand_as(c)
         else:
-            ratio = torch.exp(log_ratio)
+            ratio = token_ratio = torch.exp(log_ratio)
         ratio_clamped = ratio.clamp(1 - ratio_clip_min, 1 + ratio_clip_max)
     else:
         ratio = ratio_clamped = c
+    with torch.no_grad():  # π/π_gen = (π/π_prev)·(π_prev/π_gen): reuse the ratio if it is there
+        c_d = c.detach()
+        if token_ratio is not None:
+            pi_over_gen = token_ratio.detach() * inv_r
+        else:
+            pi_over_gen = torch.exp(c_d - q)
+        stats["approx_entropy"] = masked_mean(-pi_over_gen * c_d, M, None, n_tok)
     if use_cispo:
         per_token = -A * ratio_clamped.detach() * c
     else:
@@ -353,11 +350,11 @@ def _clipped_pg_core(
 
     # --- importance-sampling correction (trainer vs generation engine)
     with torch.no_grad():
-        w, is_oob = _importance_weights(
+        w, is_oob = truncated_importance_weights(
             p, q, tm, M, sm, sequence_level=sequence_level_importance_ratios,
             kind=truncated_importance_sampling_type, hi=truncated_importance_sampling_ratio,
             lo=truncated_importance_sampling_ratio_min,
-            global_valid_toks=n_tok, global_valid_seqs=n_seq,
+            global_valid_toks=n_tok, global_valid_seqs=n_seq, token_weights=inv_r,
         )
     if use_importance_sampling_correction:
         per_token = w * per_token
@@ -399,6 +396,7 @@ def _clipped_pg_core(
         if is_oob is not None:
             ordered["is_oob_ratio"] = is_oob
         ordered["positive_nll_loss"] = nll.detach()
+        ordered["invalid_mask_entries"] = stats["invalid_mask_entries"]  # not a metric
         values = torch.stack([v.float().reshape(()) for v in ordered.values()])
     return loss, values
 
@@ -415,41 +413,6 @@ METRIC_KEYS = (
     "gen_kl_error", "policy_kl_error", "js_divergence_error", "sampling_importance_ratio",
     "num_valid_samples", "approx_entropy", "is_oob_ratio", "positive_nll_loss",
 )
-
-
-# --------------------------------------------------------------------------- fused fast path
-# Eager PyTorch runs the loss as ~60 separate passes over [B, T] and autograd as as many again.
-# The fast path computes the loss, its metrics and d loss / d logprobs in one compiled function
-# (torch.func.grad_and_value under torch.compile: inductor fuses it into a few loops), keeps
-# the [B, T] gradient, and hands it back in backward. Same numbers as the eager path to float
-# rounding (tests/test_policy_loss.py); the gradient flows to ``logprobs`` only.
-
-
-def _loss_and_grad(logprobs, others, hyper):
-    def loss_of(c):
-        return _clipped_pg_core(c, *others, **hyper)
-
-    grad, (loss, values) = torch.func.grad_and_value(loss_of, has_aux=True)(logprobs)
-    return grad, loss, values
-
-
-@functools.cache
-def _compiled_loss_and_grad():
-    return torch.compile(_loss_and_grad, dynamic=True)
-
-
-class _FusedLossAndGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, logprobs, others, hyper):
-        grad, loss, values = _compiled_loss_and_grad()(logprobs.detach(), others, hyper)
-        ctx.save_for_backward(grad)
-        ctx.mark_non_differentiable(values)
-        return loss, values
-
-    @staticmethod
-    def backward(ctx, grad_loss, grad_values):
-        (grad,) = ctx.saved_tensors
-        return grad_loss * grad, None, None
 
 
 _REQUIRED_KEYS = ("input_ids", "advantages", "generation_logprobs", "token_mask", "sample_mask")

@@ -1,0 +1,81 @@
+"""The embedded default model: a character-level tokenizer and a tiny Llama, built locally.
+
+No hub, no download: the tokenizer is a WordLevel vocabulary over printable ASCII with
+``<pad> <unk> <s> </s>`` and a pre-tokenizer that splits every character, and the model is a
+``LlamaForCausalLM`` from a small ``LlamaConfig``. Both save and reload with the usual
+``save_pretrained`` / ``from_pretrained`` and work with ``HF_HUB_OFFLINE=1``.
+
+Implementation choices:
+1) Llama rather than Qwen2: with ``model_type: qwen2``, ``AutoTokenizer`` forces the Qwen2
+   tokenizer class, which drops spaces from a character-level vocabulary.
+2) Special tokens come first (pad = 0) so padding embeddings never collide with text.
+3) Weights are initialised from an explicit seed, so the same seed gives the same model.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = ["<pad>", "<unk>", "<s>", "</s>"]
+CHARACTERS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]  # printable + "\n"
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level fast tokenizer: one token per printable ASCII character."""
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        padding_side="left",  # generation appends on the right
+    )
+
+
+def build_tiny_llama(
+    vocab_size: int,
+    *,
+    hidden_size: int = 128,
+    num_hidden_layers: int = 2,
+    num_attention_heads: int = 4,
+    intermediate_size: int | None = None,
+    max_position_embeddings: int = 256,
+    seed: int = 0,
+    pad_token_id: int = 0,
+    bos_token_id: int = 2,
+    eos_token_id: int = 3,
+) -> LlamaForCausalLM:
+    """A freshly initialised small Llama (about 0.3 M parameters at the defaults)."""
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size or 2 * hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_attention_heads,
+        max_position_embeddings=max_position_embeddings,
+        pad_token_id=pad_token_id,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model
+
+
+def save_tiny(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, path: str | Path):
+    """Save model and tokenizer to ``path`` (loadable with ``from_pretrained``)."""
+    path = Path(path)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
