@@ -19,4 +19,26 @@ from rlnb.algorithms import *  # noqa: F401,F403
 from rlnb.algorithms import __all__ as _algorithms_all
 
 __version__ = "0.1.0"
-__all__ = [*_algorithms_all, "__version__"]
+
+# The engine and run plumbing load transformers; they are imported on first use, so that
+# `import rlnb` stays light (the algorithm layer needs only torch).
+_LAZY = {
+    "GRPOTrainer": "rlnb.engine.grpo",
+    "GRPOConfig": "rlnb.engine.grpo",
+    "Policy": "rlnb.engine.policy",
+    "RolloutBatch": "rlnb.engine.batches",
+    "AdvantageBatch": "rlnb.engine.batches",
+    "UpdateResult": "rlnb.engine.batches",
+    "TrainingRun": "rlnb.run.session",
+    "RLNBConfig": "rlnb.run.config",
+    "load_config": "rlnb.run.config",
+}
+__all__ = [*_algorithms_all, *_LAZY, "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rlnb' has no attribute {name!r}")

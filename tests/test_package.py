@@ -68,6 +68,8 @@ def _install_and_import(tmp_path, editable: bool):
         "import rlnb, rlnb.widgets\n"
         "print(rlnb.__file__); print(rlnb.widgets.__file__)\n"
         "print(u.find_spec('widgets') is None)\n"
+        "from importlib.resources import files\n"
+        "print((files('rlnb.configs') / 'tiny.yaml').is_file())\n"
     )
     return subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path,
                           capture_output=True, text=True).stdout.split()
@@ -75,7 +77,8 @@ def _install_and_import(tmp_path, editable: bool):
 
 @pytest.mark.parametrize("editable", [False, True], ids=["wheel", "editable"])
 def test_widgets_folder_installs_as_rlnb_widgets_without_a_top_level_name(tmp_path, editable):
-    rlnb_file, widgets_file, no_top_level = _install_and_import(tmp_path, editable)
+    rlnb_file, widgets_file, no_top_level, has_default_config = _install_and_import(tmp_path, editable)
+    assert has_default_config == "True", "configs/tiny.yaml is not installed as rlnb.configs"
     assert Path(widgets_file).parent.name == "widgets"
     if editable:  # served from the checkout
         assert Path(widgets_file).parent == ROOT / "widgets"
@@ -128,10 +131,13 @@ def test_readme_quick_start_has_two_shell_blocks_sharing_the_torch_pin():
     assert "README.md" in ci and "pytest" not in ci  # CI reads the command, never copies it
 
 
-def test_readme_python_example_runs():
+def test_readme_python_examples_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     text = (ROOT / "README.md").read_text()
-    (example,) = re.findall(r"```python\n(.*?)```", text, re.S)
-    exec(compile(example, "README.md", "exec"), {})
+    examples = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(examples) == 2
+    for example in examples:
+        exec(compile(example, "README.md", "exec"), {})
 
 
 def test_cli_demo_runs_and_shows_every_estimator():

@@ -1,0 +1,358 @@
+"""Where does one GRPO step spend its time, and how close is it to bare PyTorch / transformers?
+
+For the embedded default (configs/tiny.yaml, ~0.3 M parameters) and a ~20 M-parameter version of
+the same character-level Llama, this prints the median time of each stage (rollout: generation,
+reward, log-probs; compute_advantages; update), tokens per second, the peak memory each stage
+adds, and two ratios measured on the same batches in the same run:
+
+    update()  / a bare forward + backward + AdamW loop on the same tokens     (target <= 1.2x)
+    rollout() / a bare ``model.generate(do_sample=True)`` on the same prompts  (target <= 1.2x)
+
+The bare update uses the same input_ids / attention_mask, micro-batch size and model, a plain
+masked ``-(logprobs * advantages).sum()`` loss and its own AdamW. The untrained model scores 0
+everywhere (zero advantages), so the update runs on random per-sequence advantages. The KL
+penalty stays at the config's value (0: no reference model). Trainer and bare calls alternate in
+each repeat, which run in turn after one warm-up. A ratio that misses its target is followed by a
+torch.profiler breakdown of the trainer's own functions (wrapped here, not edited).
+
+    python benchmarks/bench_grpo_step.py [--configs tiny 20m] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import re
+import resource
+import statistics
+import time
+
+import torch
+
+import rlnb.engine.generation as generation
+import rlnb.engine.grpo as grpo
+import rlnb.engine.policy as policy
+from rlnb.engine.generation import response_mask_and_truncation, tokenize_prompts
+from rlnb.engine.grpo import GRPOTrainer
+from rlnb.run.config import load_config
+
+BASE = ["grpo.val_period=0", "sft.enabled=false"]
+CONFIGS = {
+    "tiny": [],
+    "20m": [
+        "policy.tiny.hidden_size=512",
+        "policy.tiny.num_hidden_layers=6",
+        "policy.tiny.num_attention_heads=8",
+        "policy.tiny.intermediate_size=1536",  # 3x hidden (the default 2x gives 15.8 M)
+    ],
+}
+TARGET = 1.2
+_MISSING = object()
+
+
+# ---------------------------------------------------------------------------- measuring
+class Meter:
+    """Wall time and the peak memory one call adds above what was resident when it started.
+
+    CPU: the kernel's high-water RSS (``ru_maxrss``), reset before each call through
+    ``/proc/self/clear_refs`` so every call gets its own peak (falls back to the process-wide
+    high-water mark). CUDA: ``torch.cuda.max_memory_allocated``.
+    """
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self.resettable = True
+        except OSError:
+            self.resettable = False
+
+    def _rss_kib(self) -> int:
+        with open("/proc/self/status") as f:
+            return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+    def __call__(self, fn, *args, **kwargs):
+        """``(result, seconds, peak MiB added)``."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            start_mem = torch.cuda.memory_allocated()
+        else:
+            if self.resettable:
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")
+            start_mem = self._rss_kib() * 1024
+        t0 = time.perf_counter()
+        out = fn(*args, **kwargs)
+        if self.cuda:
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        if self.cuda:
+            peak = torch.cuda.max_memory_allocated()
+        else:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        return out, seconds, max(0, peak - start_mem) / 2**20
+
+
+# ---------------------------------------------------------------------------- bare baselines
+@torch.no_grad()
+def bare_generate(trainer: GRPOTrainer, prompt_ids, prompt_mask):
+    """``model.generate`` with the trainer's sampling settings; returns the generated ids."""
+    cfg, tok = trainer.config.policy.generation, trainer.policy.tokenizer
+    model = trainer.policy.model
+    model.eval()
+    out = model.generate(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        do_sample=True,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k or 0,
+        max_new_tokens=cfg.max_new_tokens,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    model.train()
+    return out[:, prompt_ids.shape[1] :]
+
+
+def bare_update(model, optimizer, data: dict[str, torch.Tensor], gbs: int, mbs: int) -> None:
+    """Forward + backward per micro-batch, one AdamW step per global batch; plain masked loss."""
+    model.train()
+    B = data["input_ids"].shape[0]
+    for g0 in range(0, B, gbs):
+        optimizer.zero_grad(set_to_none=True)
+        for m0 in range(g0, min(g0 + gbs, B), mbs):
+            rows = slice(m0, min(m0 + mbs, g0 + gbs, B))
+            ids, mask = data["input_ids"][rows], data["attention_mask"][rows]
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+            logprobs = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+            weight = data["advantages"][rows, 1:] * data["token_mask"][rows, 1:]
+            (-(logprobs * weight).sum()).backward()
+        optimizer.step()
+
+
+# ---------------------------------------------------------------------------- profiling
+@contextlib.contextmanager
+def labelled(trainer: GRPOTrainer):
+    """Wrap the trainer's functions in ``record_function`` ranges (``rlnb::name``) for a while."""
+    patches = [  # (owner, attribute, label)
+        (trainer, "next_prompt_rows", "grpo.next_prompt_rows"),
+        (trainer, "format_prompt", "grpo.format_prompt (x B)"),
+        (trainer.generator, "generate", "HFGenerationBackend.generate"),
+        (generation, "tokenize_prompts", "generation.tokenize_prompts"),
+        (trainer.policy.model, "generate", "model.generate"),
+        (generation, "response_mask_and_truncation", "generation.response_mask_and_truncation"),
+        (trainer.policy.tokenizer, "decode", "tokenizer.decode (x B)"),
+        (trainer.task, "score", "task.score"),
+        (grpo, "check_rewards", "environments.check_rewards"),
+        (trainer.policy, "logprobs", "Policy.logprobs"),
+        (trainer.policy, "forward_logprobs", "Policy.forward_logprobs"),
+        (trainer.policy.model, "forward", "model.forward"),
+        (trainer.policy, "train", "Policy.train"),
+        (policy, "global_valid_counts", "reduction.global_valid_counts"),
+        (trainer.loss_fn, "from_logprobs", "ClippedPGLossFn.from_logprobs"),
+        (torch.autograd, "backward", "autograd.backward"),
+        (torch.nn.utils, "clip_grad_norm_", "clip_grad_norm_"),
+        (policy, "merge_metrics", "policy.merge_metrics"),
+        (trainer.policy.scheduler, "step", "scheduler.step"),
+        (trainer.generator, "refresh_weights", "generator.refresh_weights"),
+    ]
+    saved = []
+    for owner, name, label in patches:
+        fn = getattr(owner, name)
+        saved.append((owner, name, vars(owner).get(name, _MISSING)))  # instance/module attr
+
+        def wrapped(*args, _fn=fn, _label=label, **kwargs):
+            with torch.profiler.record_function("rlnb::" + _label):
+                return _fn(*args, **kwargs)
+
+        setattr(owner, name, functools.wraps(fn)(wrapped))
+    try:
+        yield
+    finally:
+        for owner, name, old in reversed(saved):
+            if old is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, old)
+
+
+def profile_table(fn, top_ops: int = 6) -> str:
+    """CPU time of the ``rlnb::`` ranges and of the heaviest aten ops during ``fn()``."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    events = prof.key_averages()
+    ours = sorted(
+        (e for e in events if e.key.startswith("rlnb::") or e.key.startswith("Optimizer.step")),
+        key=lambda e: -e.cpu_time_total,
+    )
+    lines = [f"      {'range (inclusive CPU time)':<46}{'calls':>6}{'ms':>10}"]
+    lines += [f"      {e.key:<46}{e.count:>6}{e.cpu_time_total / 1e3:>10.1f}" for e in ours]
+    ops = sorted(
+        (e for e in events if e.key.startswith("aten::")), key=lambda e: -e.self_cpu_time_total
+    )[:top_ops]
+    lines.append(f"      {'heaviest aten ops (self CPU time)':<46}{'calls':>6}{'ms':>10}")
+    lines += [f"      {e.key:<46}{e.count:>6}{e.self_cpu_time_total / 1e3:>10.1f}" for e in ops]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- the benchmark
+def bench(name: str, overrides: list[str], args, device: torch.device) -> dict:
+    cfg = load_config(args.config, BASE + overrides)
+    t = GRPOTrainer(cfg)
+    t.policy.model.to(device)  # in place: optimizer, generator and reference share the params
+    model, tok = t.policy.model, t.policy.tokenizer
+    n_params = sum(p.numel() for p in model.parameters())
+    pc = cfg.policy
+    bare_opt = torch.optim.AdamW(
+        model.parameters(), lr=pc.optimizer.lr, betas=pc.optimizer.betas, eps=pc.optimizer.eps
+    )
+    meter = Meter(device)
+    G = cfg.grpo.num_generations_per_prompt
+    rec: dict[str, list[float]] = {}
+
+    def note(key, value):
+        rec.setdefault(key, []).append(value)
+
+    def one_step(i: int, record: bool):
+        rows = t.next_prompt_rows()
+        prompts = [t.format_prompt(r) for r in rows for _ in range(G)]
+        p_ids, p_mask = tokenize_prompts(tok, prompts, t.max_prompt_length)
+        p_ids, p_mask = p_ids.to(device), p_mask.to(device)
+        trainer_first = i % 2 == 0
+        results = {}
+        for which in ("trainer", "bare") if trainer_first else ("bare", "trainer"):
+            if which == "trainer":
+                results["rollout"] = meter(t.rollout, rows)
+            else:
+                results["bare_gen"] = meter(bare_generate, t, p_ids, p_mask)
+        b, t_roll, m_roll = results["rollout"]
+        gen_ids, t_bgen, m_bgen = results["bare_gen"]
+        a, t_adv, m_adv = meter(t.compute_advantages, b)
+        a.advantages = torch.randn(len(b), 1).expand_as(a.advantages).contiguous()
+        data = {k: v.to(device) for k, v in a.train_data().items()}
+        gbs = min(pc.train_global_batch_size, len(b))
+        for which in ("trainer", "bare") if trainer_first else ("bare", "trainer"):
+            if which == "trainer":
+                results["update"] = meter(t.update, a)
+            else:
+                results["bare_upd"] = meter(
+                    bare_update, model, bare_opt, data, gbs, pc.train_micro_batch_size
+                )
+        _, t_upd, m_upd = results["update"]
+        _, t_bupd, m_bupd = results["bare_upd"]
+        if not record:
+            return b, a, data, p_ids, p_mask
+        m = b.metrics
+        gen_tokens = float(b.response_lengths.sum())
+        bare_tokens = float(
+            response_mask_and_truncation(gen_ids.cpu(), tok.eos_token_id, tok.pad_token_id)[0].sum()
+        )
+        t_gen, t_rew = m["timing/train/generation"], m["timing/train/reward_calculation"]
+        t_lp = m["timing/train/policy_and_reference_logprobs"]
+        for key, value in {
+            "rollout": t_roll, "generation": t_gen, "reward": t_rew, "logprobs": t_lp,
+            "rollout_other": t_roll - t_gen - t_rew - t_lp, "bare_gen": t_bgen,
+            "advantages": t_adv, "update": t_upd, "bare_upd": t_bupd,
+            "gen_tok_s": gen_tokens / t_gen, "rollout_tok_s": gen_tokens / t_roll,
+            "bare_gen_tok_s": bare_tokens / t_bgen,
+            "upd_tok_s": float(b.attention_mask.sum()) / t_upd,
+            "upd_loss_tok_s": float(b.token_mask.sum()) / t_upd,
+            "bare_upd_tok_s": float(b.attention_mask.sum()) / t_bupd,
+            "m_rollout": m_roll, "m_bare_gen": m_bgen, "m_advantages": m_adv,
+            "m_update": m_upd, "m_bare_upd": m_bupd,
+            "r_update": t_upd / t_bupd, "r_rollout": t_roll / t_bgen, "r_gen": t_gen / t_bgen,
+        }.items():  # fmt: skip
+            note(key, value)
+        return b, a, data, p_ids, p_mask
+
+    for i in range(args.warmup):
+        one_step(i, record=False)
+    for i in range(args.repeats):
+        b, a, data, p_ids, p_mask = one_step(i, record=True)
+
+    med = {k: statistics.median(v) for k, v in rec.items()}
+    peak = {k: max(v) for k, v in rec.items() if k.startswith("m_")}
+    B, S = b.input_ids.shape
+    mem_unit = "MiB CUDA" if device.type == "cuda" else "MiB RSS"
+    print(
+        f"\n== {name}: {n_params / 1e6:.2f} M parameters; B={B} rows "
+        f"({cfg.grpo.num_prompts_per_step} prompts x {G}), S={S} tokens, "
+        f"max_new_tokens={pc.generation.max_new_tokens}, micro-batch {pc.train_micro_batch_size}, "
+        f"KL penalty {cfg.loss_fn.reference_policy_kl_penalty}; median of {args.repeats} "
+        f"after {args.warmup} warm-up"
+    )
+    print(f"  {'stage':<34}{'ms':>10}{'tokens/s':>12}{'peak +' + mem_unit:>18}")
+    rows = [
+        ("rollout()", "rollout", "rollout_tok_s", "m_rollout"),
+        ("  generation", "generation", "gen_tok_s", None),
+        ("  reward", "reward", None, None),
+        ("  log-probs (policy; no reference)", "logprobs", None, None),
+        ("  other (rows, prompts, metrics)", "rollout_other", None, None),
+        ("bare model.generate", "bare_gen", "bare_gen_tok_s", "m_bare_gen"),
+        ("compute_advantages()", "advantages", None, "m_advantages"),
+        ("update()", "update", "upd_tok_s", "m_update"),
+        ("bare fwd+bwd+AdamW loop", "bare_upd", "bare_upd_tok_s", "m_bare_upd"),
+    ]
+    for label, tk, sk, mk in rows:
+        speed = f"{med[sk]:>12,.0f}" if sk else f"{'':>12}"
+        mem = f"{peak[mk]:>18.1f}" if mk else ""
+        print(f"  {label:<34}{1e3 * med[tk]:>10.1f}{speed}{mem}")
+    print(
+        "  (tokens/s: generated tokens for generation, all non-pad tokens forwarded for updates; "
+        f"update() on response tokens only: {med['upd_loss_tok_s']:,.0f}/s)"
+    )
+    for key, what in (("r_update", "update() / bare loop"), ("r_rollout", "rollout() / generate")):
+        ok = "OK" if med[key] <= TARGET else "MISSES"
+        spread = ", ".join(f"{x:.2f}" for x in rec[key])
+        print(f"  ratio {what:<28}{med[key]:6.2f}x  (target <= {TARGET}x: {ok}; runs {spread})")
+    print(f"  (generation stage alone / bare generate: {med['r_gen']:.2f}x)")
+
+    if args.profile or med["r_update"] > TARGET or med["r_rollout"] > TARGET:
+        rows_ = t.next_prompt_rows()
+        with labelled(t):
+            if args.profile or med["r_rollout"] > TARGET:
+                print("  profile of one rollout():")
+                print(profile_table(lambda: t.rollout(rows_)))
+                print("  profile of one bare model.generate:")
+                print(profile_table(lambda: bare_generate(t, p_ids, p_mask)))
+            if args.profile or med["r_update"] > TARGET:
+                print("  profile of one update():")
+                print(profile_table(lambda: t.update(a)))
+                print("  profile of one bare fwd+bwd+AdamW loop:")
+                print(
+                    profile_table(
+                        lambda: bare_update(
+                            model, bare_opt, data, min(pc.train_global_batch_size, B),
+                            pc.train_micro_batch_size,
+                        )
+                    )
+                )  # fmt: skip
+    return med
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--config", default="configs/tiny.yaml")
+    parser.add_argument("--repeats", type=int, default=None, help="default: tiny 7, 20m 3")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--profile", action="store_true", help="profile even when on target")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    threads = torch.get_num_threads()
+    print(f"GRPO step benchmark on {device} ({threads} threads), torch {torch.__version__}")
+    for name in args.configs:
+        run_args = argparse.Namespace(**vars(args))
+        if args.repeats is None:
+            run_args.repeats = 7 if name == "tiny" else 3
+        torch.manual_seed(0)
+        bench(name, CONFIGS[name], run_args, device)
+
+
+if __name__ == "__main__":
+    main()

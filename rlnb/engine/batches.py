@@ -1,0 +1,202 @@
+"""The plain objects of one GRPO step: RolloutBatch -> AdvantageBatch -> UpdateResult.
+
+Each prints a readable summary, turns into a pandas frame (one row per response) and holds only
+tensors, lists and dicts, so a notebook can inspect, plot, save, edit and feed it back in.
+Tensors use the stored layout (``[B, S]``, index t = token t; see ``rlnb/__init__.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class RolloutBatch:
+    """Stage 1: B = P·G sampled responses with rewards and the log-probs the update needs.
+
+    Attributes:
+        step: trainer step that produced it.
+        rows: the P task rows repeated G times (``[B]`` dicts with ``prompt``, ``answer``...).
+        prompts, responses: ``[B]`` texts.
+        group: ``[B]`` prompt index within the step (rows of one group share it).
+        prompt_ids: ``[B, P_len]`` padded prompt tokens (equal rows = one group, spec §1.4).
+        input_ids, attention_mask, token_mask: ``[B, S]`` prompt + response; token_mask = 1 on
+            generated tokens.
+        sample_mask: ``[B]`` 1.0 (the advantage stage may zero rows).
+        generation_logprobs, prev_logprobs: ``[B, S]``; reference_logprobs ``[B, S]`` or None.
+        rewards: ``[B]`` raw environment reward; reward_components: name -> ``[B]``.
+        correct: ``[B]`` bool; truncated: ``[B]`` bool; response_lengths: ``[B]`` tokens.
+        metrics: rollout metrics (``train/...``) and timings.
+    """
+
+    step: int
+    rows: list[dict[str, Any]]
+    prompts: list[str]
+    responses: list[str]
+    group: torch.Tensor
+    prompt_ids: torch.Tensor
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    token_mask: torch.Tensor
+    sample_mask: torch.Tensor
+    generation_logprobs: torch.Tensor
+    prev_logprobs: torch.Tensor
+    reference_logprobs: torch.Tensor | None
+    rewards: torch.Tensor
+    reward_components: dict[str, torch.Tensor]
+    correct: torch.Tensor
+    truncated: torch.Tensor
+    response_lengths: torch.Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.responses)
+
+    @property
+    def group_size(self) -> int:
+        return int(torch.bincount(self.group).max()) if len(self) else 0
+
+    def zero_signal_groups(self) -> list[int]:
+        """Groups whose rewards are all equal: no learning signal for GRPO."""
+        out = []
+        for g in self.group.unique().tolist():
+            r = self.rewards[self.group == g]
+            if bool((r == r[0]).all()):
+                out.append(g)
+        return out
+
+    def to_frame(self):
+        """One row per response: prompt, response, reward, correct, length, truncated."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            {
+                "group": self.group.tolist(),
+                "prompt": self.prompts,
+                "response": self.responses,
+                "answer": [r.get("answer") for r in self.rows],
+                "reward": self.rewards.tolist(),
+                "correct": self.correct.tolist(),
+                "length": self.response_lengths.tolist(),
+                "truncated": self.truncated.tolist(),
+                **{f"reward/{k}": v.tolist() for k, v in self.reward_components.items()},
+            }
+        )
+
+    def summary(self) -> str:
+        n_groups = int(self.group.max()) + 1 if len(self) else 0
+        lines = [
+            f"RolloutBatch(step={self.step}): {len(self)} responses = {n_groups} prompts x "
+            f"{self.group_size}",
+            f"  reward mean {self.rewards.mean():.3f}   accuracy {self.correct.float().mean():.3f}"
+            f"   mean length {self.response_lengths.float().mean():.1f}   truncated "
+            f"{int(self.truncated.sum())}",
+            f"  groups with no learning signal: {len(self.zero_signal_groups())}/{n_groups}",
+        ]
+        for i in range(min(3, len(self))):
+            lines.append(
+                f"  [{i}] {self.prompts[i]!r} -> {self.responses[i]!r}  "
+                f"reward {self.rewards[i]:.2f}"
+            )
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+
+@dataclass
+class AdvantageBatch:
+    """Stage 2: rewards turned into per-token advantages (one estimator on one RolloutBatch).
+
+    Attributes:
+        rollout: the RolloutBatch it was computed from (unchanged).
+        estimator: name of the advantage estimator used.
+        rewards: ``[B]`` after scaling / shaping; baseline, std: ``[B]`` (spec §1.4).
+        advantages: ``[B, S]``; sample_mask: ``[B]`` after overlong / log-prob-error filters.
+        metrics: ``train/...`` advantage-stage metrics.
+    """
+
+    rollout: RolloutBatch
+    estimator: str
+    rewards: torch.Tensor
+    baseline: torch.Tensor
+    std: torch.Tensor
+    advantages: torch.Tensor
+    sample_mask: torch.Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.rollout)
+
+    @property
+    def kept(self) -> torch.Tensor:
+        """``[B]`` bool: rows that reach the loss."""
+        return self.sample_mask > 0
+
+    def sequence_advantages(self) -> torch.Tensor:
+        """``[B]`` mean advantage over each row's generated tokens."""
+        m = self.rollout.token_mask.float()
+        return (self.advantages * m).sum(1) / m.sum(1).clamp(min=1)
+
+    def train_data(self) -> dict[str, torch.Tensor]:
+        """The tensors ``Policy.train`` and the loss read (seed key names)."""
+        r = self.rollout
+        data = {
+            "input_ids": r.input_ids,
+            "attention_mask": r.attention_mask,
+            "token_mask": r.token_mask.float(),
+            "sample_mask": self.sample_mask,
+            "advantages": self.advantages,
+            "prev_logprobs": r.prev_logprobs,
+            "generation_logprobs": r.generation_logprobs,
+        }
+        if r.reference_logprobs is not None:
+            data["reference_policy_logprobs"] = r.reference_logprobs
+        return data
+
+    def to_frame(self):
+        frame = self.rollout.to_frame()
+        frame["shaped_reward"] = self.rewards.tolist()
+        frame["baseline"] = self.baseline.tolist()
+        frame["std"] = self.std.tolist()
+        frame["advantage"] = self.sequence_advantages().tolist()
+        frame["kept"] = self.kept.tolist()
+        return frame
+
+    def summary(self) -> str:
+        a = self.sequence_advantages()
+        return (
+            f"AdvantageBatch({self.estimator}, step={self.rollout.step}): {len(self)} rows, "
+            f"{int(self.kept.sum())} kept\n  advantage mean {a.mean():+.3f}  min {a.min():+.3f}"
+            f"  max {a.max():+.3f}   rows with zero advantage {int((a == 0).sum())}"
+        )
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+
+@dataclass
+class UpdateResult:
+    """Stage 3: the loss and optimizer step (or a dry run that changed nothing)."""
+
+    step: int
+    dry_run: bool
+    metrics: dict[str, float]
+
+    def summary(self) -> str:
+        m = self.metrics
+        keys = [
+            "train/loss",
+            "train/probs_ratio",
+            "train/kl_penalty",
+            "train/grad_norm",
+            "train/approx_entropy",
+        ]
+        shown = "  ".join(f"{k.split('/')[-1]} {m[k]:.4g}" for k in keys if k in m)
+        return f"UpdateResult(step={self.step}{', dry run' if self.dry_run else ''}): {shown}"
+
+    def __repr__(self) -> str:
+        return self.summary()

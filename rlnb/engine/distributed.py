@@ -1,0 +1,88 @@
+"""The few collective operations the trainer needs, with or without ``accelerate``.
+
+Implementation choices:
+1) A single process is the default: every collective is the identity, so notebooks and tests
+   need no process group. With an ``accelerate.Accelerator`` the same calls reduce across ranks.
+2) Prompts are sharded by rank (whole GRPO groups stay on one rank, so per-group baselines need
+   no communication); valid-token/sequence counts are summed over ranks *before* the loss, and
+   each rank's loss is multiplied by the world size to undo DDP's gradient averaging (spec §2).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class Distributed:
+    """Rank, world size and sum/min/max reductions (identity when single-process)."""
+
+    def __init__(self, accelerator=None):
+        self.accelerator = accelerator
+        self.rank = accelerator.process_index if accelerator else 0
+        self.world_size = accelerator.num_processes if accelerator else 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def _reduce(self, x: torch.Tensor, op: str) -> torch.Tensor:
+        if self.world_size == 1:
+            return x
+        return self.accelerator.reduce(x.clone(), reduction=op)
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        """Sum over ranks (float tensor, any shape)."""
+        return self._reduce(x.float(), "sum")
+
+    def mean_dict(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Average a metrics dict over ranks (min/max keys by min/max)."""
+        if self.world_size == 1 or not metrics:
+            return metrics
+        keys = sorted(metrics)
+        values = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64)
+        gathered = self.accelerator.gather(values.to(self.accelerator.device)[None]).cpu()  # [W, K]
+        out = {}
+        for j, k in enumerate(keys):
+            col = gathered[:, j]
+            if "_min" in k:
+                out[k] = float(col.min())
+            elif "_max" in k:
+                out[k] = float(col.max())
+            else:
+                out[k] = float(col.mean())
+        return out
+
+    def sum_loss_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Loss metrics are per-rank partial sums over global counts (spec §2): sum them over
+        ranks; min/max by min/max; ``lr``, ``grad_norm`` and the global counts are already
+        the same on every rank."""
+        if self.world_size == 1 or not metrics:
+            return metrics
+        keys = sorted(metrics)
+        values = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64)
+        gathered = self.accelerator.gather(values.to(self.accelerator.device)[None]).cpu()
+        same = {"lr", "grad_norm", "global_valid_seqs", "global_valid_toks"}
+        out = {}
+        for j, k in enumerate(keys):
+            col = gathered[:, j]
+            if "_min" in k:
+                out[k] = float(col.min())
+            elif "_max" in k:
+                out[k] = float(col.max())
+            elif k in same:
+                out[k] = float(col.mean())
+            else:
+                out[k] = float(col.sum())
+        return out
+
+    def shard(self, items: list) -> list:
+        """This rank's contiguous share of ``items`` (length must divide evenly)."""
+        if self.world_size == 1:
+            return items
+        if len(items) % self.world_size:
+            raise ValueError(
+                f"grpo.num_prompts_per_step ({len(items)}) must be divisible by the number of "
+                f"processes ({self.world_size})"
+            )
+        n = len(items) // self.world_size
+        return items[self.rank * n : (self.rank + 1) * n]

@@ -1,0 +1,195 @@
+"""Generation backends: sample responses and report their log-probs and truncation.
+
+    responses, log π_gen(y_t | x, y_<t), truncated  ←  backend.generate(prompts)
+
+The Hugging Face backend (default) samples with ``model.generate`` on the policy's own model; a
+vLLM backend plugs in beside it through the same two methods: ``generate`` and
+``refresh_weights`` (called by the trainer after every update, so a separate inference engine
+can load the new weights; a no-op when the backend shares the policy's model).
+
+Implementation choices:
+1) Prompts are left-padded, responses right-padded, so generation appends on the right and a
+   training row is ``prompt + response`` with pads on both ends (positions are recomputed from
+   the attention mask, as generation does).
+2) Generation log-probs are log-softmax(logits / temperature) at the sampled token: the
+   log-prob under the distribution the token was drawn from (before top-k/top-p truncation;
+   the trainer computes its log-probs the same way, so the two agree up to kernel noise).
+3) A response ends at EOS (kept, so the model learns to stop) or right after a stop string;
+   one that hits ``max_new_tokens`` without either is ``truncated`` (overlong filtering, DAPO
+   shaping). Tokens after the end are padding and get mask 0.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+from pydantic import Field
+
+from rlnb.algorithms.checks import choose
+from rlnb.config import Config
+
+
+class GenerationConfig(Config):
+    """``policy.generation``: how responses are sampled."""
+
+    backend: str = Field("hf", description="hf (transformers generate) | vllm (GPU).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature; 1.0 = on-policy.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling; 1.0 disables.")
+    top_k: int | None = Field(None, ge=1, description="Top-k sampling; None disables.")
+    max_new_tokens: int = Field(8, ge=1, description="Response budget; longer = truncated.")
+    stop_strings: list[str] | None = Field(None, description="Also end a response at these.")
+
+
+@dataclass
+class Generations:
+    """A batch of sampled responses (B rows). Prompt tensors are left-padded ``[B, P]``,
+    response tensors right-padded ``[B, R]``."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+    generation_logprobs: torch.Tensor
+    truncated: torch.Tensor  # [B] bool
+    texts: list[str]
+
+
+class GenerationBackend(ABC):
+    """What the trainer needs from an inference engine."""
+
+    @abstractmethod
+    def generate(self, prompts: list[str]) -> Generations:
+        """Sample one response per prompt (repeat prompts for a group)."""
+
+    def refresh_weights(self, model: torch.nn.Module) -> None:  # noqa: B027 - optional hook
+        """Load the policy's new weights after an update (no-op if the model is shared)."""
+
+
+def tokenize_prompts(tokenizer, prompts: list[str], max_length: int | None = None):
+    """Left-padded ``(ids [B, P], mask [B, P])``; a BOS token is prepended when the tokenizer
+    has one and does not add it itself. A prompt longer than ``max_length`` is an error."""
+    encoded = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    bos = tokenizer.bos_token_id
+    if bos is not None:
+        encoded = [[bos, *ids] for ids in encoded]
+    if max_length is not None:
+        for i, ids in enumerate(encoded):
+            if len(ids) > max_length:
+                raise ValueError(
+                    f"prompt {i} is {len(ids)} tokens, longer than the maximum {max_length} "
+                    f"(policy.max_total_sequence_length - policy.generation.max_new_tokens): "
+                    f"{prompts[i][:80]!r}"
+                )
+    width = max(len(ids) for ids in encoded)
+    pad = tokenizer.pad_token_id
+    ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    for i, row in enumerate(encoded):
+        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+        mask[i, width - len(row) :] = 1
+    return ids, mask
+
+
+def response_mask_and_truncation(
+    response_ids: torch.Tensor,
+    eos_token_id: int | None,
+    pad_token_id: int,
+    stop_lengths: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which response tokens were generated (through EOS) and which rows never stopped.
+
+    Args:
+        response_ids: ``[B, R]`` right-padded.
+        stop_lengths: optional ``[B]`` length at which a stop string ended the row (0: none).
+    Returns: ``(mask [B, R] long, truncated [B] bool)``.
+    """
+    B, R = response_ids.shape
+    positions = torch.arange(R).expand(B, R)
+    is_eos = (
+        response_ids == eos_token_id
+        if eos_token_id is not None
+        else torch.zeros_like(response_ids, dtype=torch.bool)
+    )
+    first_eos = torch.where(is_eos, positions, R).amin(dim=1)  # [B], R if none
+    length = torch.where(first_eos < R, first_eos + 1, R)
+    if stop_lengths is not None:
+        length = torch.where(stop_lengths > 0, torch.minimum(length, stop_lengths), length)
+    stopped = (first_eos < R) | (stop_lengths > 0 if stop_lengths is not None else False)
+    return (positions < length[:, None]).long(), ~stopped
+
+
+class HFGenerationBackend(GenerationBackend):
+    """Sampling with ``transformers``' ``generate`` on the policy's own model (shared weights)."""
+
+    def __init__(self, model, tokenizer, config: GenerationConfig, max_prompt_length=None):
+        self.model, self.tokenizer, self.config = model, tokenizer, config
+        self.max_prompt_length = max_prompt_length
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str]) -> Generations:
+        cfg, tok = self.config, self.tokenizer
+        prompt_ids, prompt_mask = tokenize_prompts(tok, prompts, self.max_prompt_length)
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        out = self.model.generate(
+            input_ids=prompt_ids.to(device),
+            attention_mask=prompt_mask.to(device),
+            do_sample=True,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k or 0,
+            max_new_tokens=cfg.max_new_tokens,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+            stop_strings=cfg.stop_strings,
+            tokenizer=tok if cfg.stop_strings else None,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        self.model.train(was_training)
+        response_ids = out.sequences[:, prompt_ids.shape[1] :].cpu()  # [B, R]
+        logits = torch.stack(out.logits, dim=1).float().cpu() / cfg.temperature  # [B, R, V]
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, response_ids[..., None])
+        stop_lengths = self._stop_lengths(response_ids) if cfg.stop_strings else None
+        mask, truncated = response_mask_and_truncation(
+            response_ids, tok.eos_token_id, tok.pad_token_id, stop_lengths
+        )
+        response_ids = torch.where(mask.bool(), response_ids, tok.pad_token_id)
+        texts = [
+            tok.decode(row[m.bool()].tolist(), skip_special_tokens=True)
+            for row, m in zip(response_ids, mask)
+        ]
+        return Generations(
+            prompt_ids,
+            prompt_mask,
+            response_ids,
+            mask,
+            logprobs.squeeze(-1) * mask,
+            truncated,
+            texts,
+        )
+
+    def _stop_lengths(self, response_ids: torch.Tensor) -> torch.Tensor:
+        """Per row, the token count through the first stop string (0 if none)."""
+        out = torch.zeros(response_ids.shape[0], dtype=torch.long)
+        for b, row in enumerate(response_ids.tolist()):
+            for n in range(1, len(row) + 1):
+                text = self.tokenizer.decode(row[:n], skip_special_tokens=True)
+                if any(s in text for s in self.config.stop_strings):
+                    out[b] = n
+                    break
+        return out
+
+
+GENERATION_BACKENDS = {"hf": HFGenerationBackend}
+
+
+def make_generation_backend(model, tokenizer, config: GenerationConfig, max_prompt_length=None):
+    """Build the backend named by ``config.backend`` (see ``GENERATION_BACKENDS``)."""
+    cls = choose(
+        GENERATION_BACKENDS, config.backend, "generation backend (policy.generation.backend)"
+    )
+    return cls(model, tokenizer, config, max_prompt_length)

@@ -1,0 +1,286 @@
+"""The policy: a Hugging Face causal LM, its tokenizer, optimizer, and per-token log-probs.
+
+    logprobs[b, t] = log π_θ(x_t | x_<t) / with logits scaled by 1/temperature      [B, S]
+
+Implementation choices (spec §0, §2):
+1) Any causal LM by hub id or local path (``policy.model_name``); ``"tiny"`` builds the embedded
+   character-level Llama (``tiny_model.py``). A local path loads offline; a missing path or an
+   unreachable hub id fails with the config key in the message.
+2) Log-probs use the *stored* layout: ``[B, S]`` with index t = log-prob of token t and index 0
+   = 0, computed in float32 from logits divided by the sampling temperature (so they match the
+   generation log-probs), in micro-batches of ``logprob_batch_size`` without gradient.
+3) Position ids come from the attention mask (cumulative count), as in generation, so rows with
+   left padding see the same positions in both.
+4) ``train`` splits a batch into global batches of ``train_global_batch_size`` rows (one
+   optimizer step each) and those into micro-batches; each micro-batch loss is normalised by the
+   *global* valid token/sequence counts (spec §2), so the accumulated gradient is exactly the
+   full global batch's. Metrics are combined by spec §2: summed over micro-batches (``*_min`` /
+   ``*_max`` by min / max), then averaged over global batches.
+5) AdamW with linear warm-up then constant learning rate; gradient-norm clipping.
+6) The reference policy is a frozen copy, made only when the KL penalty needs one.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from pydantic import Field
+
+from rlnb.algorithms.reduction import global_valid_counts
+from rlnb.config import Config
+from rlnb.engine.distributed import Distributed
+from rlnb.engine.generation import GenerationConfig
+from rlnb.engine.tiny_model import build_char_tokenizer, build_tiny_llama
+
+
+class TinyModelConfig(Config):
+    """``policy.tiny``: the embedded character-level Llama (``policy.model_name: tiny``)."""
+
+    hidden_size: int = Field(128, ge=8, description="Width (128 -> about 0.3 M parameters).")
+    num_hidden_layers: int = Field(2, ge=1, description="Transformer blocks.")
+    num_attention_heads: int = Field(4, ge=1, description="Attention heads.")
+    intermediate_size: int | None = Field(None, description="MLP width (default 2x hidden).")
+
+
+class OptimizerConfig(Config):
+    """``policy.optimizer``: AdamW."""
+
+    lr: float = Field(5e-4, gt=0, description="Learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="Adam betas.")
+    eps: float = Field(1e-8, gt=0, description="Adam epsilon.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in optimizer steps.")
+
+
+class PolicyConfig(Config):
+    """``policy``: the model, its batch sizes and optimizer (NeMo-RL key names)."""
+
+    model_name: str = Field("tiny", description="'tiny', a hub id, or a local model folder.")
+    tokenizer_name: str | None = Field(None, description="Defaults to model_name.")
+    chat_template: bool = Field(False, description="Wrap prompts in the tokenizer's template.")
+    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
+    precision: str = Field("float32", description="float32 | bfloat16 (model weights).")
+    train_global_batch_size: int = Field(256, ge=1, description="Rows per optimizer step.")
+    train_micro_batch_size: int = Field(64, ge=1, description="Rows per forward/backward.")
+    logprob_batch_size: int = Field(128, ge=1, description="Rows per log-prob forward.")
+    max_total_sequence_length: int = Field(64, ge=2, description="Prompt + response tokens.")
+    max_grad_norm: float | None = Field(1.0, description="Gradient clipping; None disables.")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+
+
+def load_model_and_tokenizer(cfg: PolicyConfig, seed: int = 0):
+    """Build the tiny model or load a Hugging Face causal LM + tokenizer (offline for paths)."""
+    if cfg.model_name == "tiny":
+        tokenizer = build_char_tokenizer()
+        t = cfg.tiny
+        model = build_tiny_llama(
+            len(tokenizer),
+            hidden_size=t.hidden_size,
+            num_hidden_layers=t.num_hidden_layers,
+            num_attention_heads=t.num_attention_heads,
+            intermediate_size=t.intermediate_size,
+            max_position_embeddings=max(256, cfg.max_total_sequence_length),
+            seed=seed,
+        )
+        return model, tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = cfg.model_name
+    looks_local = name.startswith((".", "/", "~")) or Path(name).expanduser().exists()
+    if looks_local and not Path(name).expanduser().is_dir():
+        raise ValueError(f"policy.model_name: no model folder at {name!r}")
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(cfg.precision)
+    if dtype is None:
+        raise ValueError(f"policy.precision must be float32 or bfloat16, got {cfg.precision!r}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer_name or name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"policy.model_name: cannot load {name!r} ({type(err).__name__}: {err}). A hub id "
+            "needs network access or a populated Hugging Face cache; a local path must hold "
+            "config.json and the weights."
+        ) from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token  # decoder-only models often ship without one
+    tokenizer.padding_side = "left"
+    return model, tokenizer
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``[B, S]`` positions counting only attended tokens (left padding starts at 0)."""
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+def merge_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
+    """Combine micro-batch metrics of one global batch: sums, but min/max for *_min/*_max."""
+    out: dict[str, float] = {}
+    for part in parts:
+        for key, value in part.items():
+            if key not in out:
+                out[key] = value
+            elif "_min" in key:
+                out[key] = min(out[key], value)
+            elif "_max" in key:
+                out[key] = max(out[key], value)
+            else:
+                out[key] += value
+    return out
+
+
+class Policy:
+    """The trainable model with its optimizer; ``logprobs`` and ``train`` are its two verbs."""
+
+    def __init__(
+        self,
+        cfg: PolicyConfig,
+        *,
+        seed: int = 0,
+        need_reference: bool = False,
+        model=None,
+        tokenizer=None,
+        dist: Distributed | None = None,
+    ):
+        self.config = cfg
+        self.dist = dist or Distributed()
+        if model is None:
+            model, tokenizer = load_model_and_tokenizer(cfg, seed=seed)
+        self.model, self.tokenizer = model, tokenizer
+        opt = cfg.optimizer
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=opt.lr,
+            weight_decay=opt.weight_decay,
+            betas=opt.betas,
+            eps=opt.eps,
+        )
+        warmup = opt.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+        )
+        self.reference_model = self.make_reference() if need_reference else None
+        self.train_model = self.model  # what forward/backward runs through (DDP under accelerate)
+        if self.dist.accelerator is not None:
+            self.train_model, self.optimizer = self.dist.accelerator.prepare(
+                self.model, self.optimizer
+            )
+
+    def make_reference(self):
+        """A frozen copy of the current weights (the KL anchor)."""
+        ref = copy.deepcopy(self.model)
+        ref.requires_grad_(False)
+        ref.eval()
+        return ref
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def forward_logprobs(self, model, input_ids, attention_mask) -> torch.Tensor:
+        """``[B, S]`` stored-layout log-probs (index 0 = 0), float32, with gradient if enabled."""
+        logits = (
+            model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids_from_mask(attention_mask),
+            )
+            .logits[:, :-1]
+            .float()
+            / self.config.generation.temperature
+        )  # [B, S-1, V]
+        targets = input_ids[:, 1:, None]
+        picked = logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        return torch.nn.functional.pad(picked, (1, 0))  # [B, S]: index t ↔ token t
+
+    @torch.no_grad()
+    def logprobs(self, input_ids, attention_mask, reference: bool = False) -> torch.Tensor:
+        """Per-token log-probs of ``input_ids [B, S]`` under the policy (or the reference)."""
+        model = self.reference_model if reference else self.model
+        if model is None:
+            raise ValueError(
+                "no reference model: the KL penalty is off (reference_policy_kl_penalty=0)"
+            )
+        was_training = model.training
+        model.eval()
+        chunks = []
+        n = self.config.logprob_batch_size
+        for i in range(0, input_ids.shape[0], n):
+            chunks.append(
+                self.forward_logprobs(
+                    model,
+                    input_ids[i : i + n].to(self.device),
+                    attention_mask[i : i + n].to(self.device),
+                ).cpu()
+            )
+        model.train(was_training)
+        return torch.cat(chunks)
+
+    def train(
+        self, data: dict[str, torch.Tensor], loss_fn: Callable, *, dry_run: bool = False
+    ) -> dict[str, float]:
+        """One optimizer step per global batch of ``data`` (stored ``[B, S]`` tensors).
+
+        Args:
+            data: ``input_ids``, ``attention_mask``, ``token_mask``, ``sample_mask`` and what
+                ``loss_fn`` reads (``advantages``, ``prev_logprobs``, ...).
+            loss_fn: ``loss_fn.from_logprobs(logprobs [B, S-1], data, N_seq, N_tok)``.
+            dry_run: compute loss and metrics without gradients or an optimizer step.
+        Returns: metrics (loss metrics, ``grad_norm``, ``lr``, ``global_valid_seqs/toks``).
+        """
+        cfg = self.config
+        B = data["input_ids"].shape[0]
+        gbs, mbs = min(cfg.train_global_batch_size, B), cfg.train_micro_batch_size
+        per_global: list[dict[str, float]] = []
+        self.train_model.train()
+        for start in range(0, B, gbs):
+            rows = slice(start, min(start + gbs, B))
+            n_seq, n_tok = global_valid_counts(
+                data["token_mask"][rows, 1:], data["sample_mask"][rows]
+            )
+            n_seq, n_tok = self.dist.sum(n_seq), self.dist.sum(n_tok)  # over all ranks (spec §2)
+            parts = []
+            if not dry_run:
+                self.optimizer.zero_grad(set_to_none=True)
+            for m0 in range(rows.start, rows.stop, mbs):
+                mb = {k: v[m0 : min(m0 + mbs, rows.stop)].to(self.device) for k, v in data.items()}
+                with torch.set_grad_enabled(not dry_run):
+                    logprobs = self.forward_logprobs(
+                        self.train_model, mb["input_ids"], mb["attention_mask"]
+                    )
+                    loss, metrics = loss_fn.from_logprobs(logprobs[:, 1:], mb, n_seq, n_tok)
+                if not dry_run:
+                    # DDP averages gradients over ranks; the loss is already a global sum
+                    (loss * self.dist.world_size).backward()
+                parts.append(metrics)
+            merged = merge_metrics(parts)
+            merged.update(
+                global_valid_seqs=float(n_seq),
+                global_valid_toks=float(n_tok),
+                lr=self.scheduler.get_last_lr()[0],
+            )
+            if not dry_run:
+                max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+                merged["grad_norm"] = float(grad_norm)
+                self.optimizer.step()
+                self.scheduler.step()
+            per_global.append(merged)
+        return average_global_batches(per_global)
+
+
+def average_global_batches(per_global: list[dict[str, float]]) -> dict[str, float]:
+    """Spec §2: *_min/*_max keep their extreme (ignoring ±inf), everything else is averaged."""
+    out: dict[str, float] = {}
+    for key in per_global[0]:
+        values = [m[key] for m in per_global if key in m]
+        if "_min" in key or "_max" in key:
+            finite = [v for v in values if math.isfinite(v)]
+            out[key] = (min(finite) if "_min" in key else max(finite)) if finite else -1.0
+        else:
+            out[key] = sum(values) / len(values)
+    return out

@@ -1,0 +1,271 @@
+"""Checkpoints of a training run: save, prune, find the latest, resume exactly.
+
+    checkpoints/step_000010/
+      model/               save_pretrained: config.json + *.safetensors (+ tokenizer files)
+      optimizer.pt         {"optimizer": optimizer.state_dict(), "scheduler": ... or None}
+      trainer_state.json   NeMo-RL's GRPOSaveState fields + "data_position"
+      rng_state.pt         python random, numpy, torch CPU (and CUDA) generator states
+
+Implementation choices:
+1) The step directory is built under a hidden name and renamed into place (``atomic_dir``), so a
+   ``step_*`` directory is always complete and ``latest_checkpoint`` never returns a half save.
+2) Weights are loaded back in place with ``safetensors`` rather than ``from_pretrained``: the
+   model object, and therefore the optimizer's references to its parameters, stay the same.
+   Every name and shape is checked before the first tensor is copied, so a mismatch changes
+   nothing. Tied weights (``lm_head`` sharing the embedding) are saved once by
+   ``save_pretrained``; a name is satisfied when any tensor sharing its storage was saved.
+3) ``trainer_state.json`` keeps NeMo-RL's GRPOSaveState keys (``consumed_samples``,
+   ``current_step``, ``current_epoch``, ``total_steps``, ``total_valid_tokens``, ``val_reward``)
+   plus ``data_position``, the caller's opaque JSON description of where its data loader is.
+   Other keys a trainer adds are kept.
+4) The RNG states are restored too: without them a resumed run samples different completions
+   from step k+1 on and the reproducibility check of DESIGN.md cannot pass.
+5) ``.pt`` files are loaded with ``weights_only=True`` (no pickle code execution); the numpy RNG
+   state is therefore stored as plain ints rather than an array.
+6) ``keep_top_k`` keeps the last k checkpoints by step (NeMo-RL ranks by a validation metric;
+   rlnb keeps the most recent, which is what resuming needs). The one just saved is never pruned.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import Field
+from safetensors.torch import load_file
+
+from rlnb.config import Config
+from rlnb.run.atomic import atomic_dir
+
+TRAINER_STATE_KEYS = ("consumed_samples", "current_step", "current_epoch", "total_steps",
+                      "total_valid_tokens", "val_reward")
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class CheckpointingConfig(Config):
+    """``checkpointing:`` section (NeMo-RL's key names)."""
+
+    enabled: bool = Field(True, description="Save checkpoints during training.")
+    checkpoint_dir: str | None = Field(
+        None, description="Where step_* folders go; None = the run dir's checkpoints/.")
+    save_period: int = Field(10, ge=1, description="Save every this many steps.")
+    keep_top_k: int | None = Field(
+        3, ge=1, description="Keep the last k checkpoints by step; None keeps all.")
+
+    def resolve_dir(self, run_dir: str | Path) -> Path:
+        """The checkpoint root for a run whose folder is ``run_dir``."""
+        return Path(self.checkpoint_dir) if self.checkpoint_dir else Path(run_dir) / "checkpoints"
+
+    def should_save(self, step: int) -> bool:
+        """True on steps that are a multiple of ``save_period``."""
+        return self.enabled and step % self.save_period == 0
+
+
+def step_dir(ckpt_root: str | Path, step: int) -> Path:
+    return Path(ckpt_root) / f"step_{int(step):06d}"
+
+
+def list_checkpoints(ckpt_root: str | Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every complete checkpoint under ``ckpt_root``, ascending by step."""
+    root = Path(ckpt_root)
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = _STEP_DIR.match(p.name)
+        if m and p.is_dir() and (p / "trainer_state.json").is_file():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def latest_checkpoint(ckpt_root: str | Path) -> Path | None:
+    """The highest-step checkpoint under ``ckpt_root``, or None."""
+    found = list_checkpoints(ckpt_root)
+    return found[-1][1] if found else None
+
+
+# --- RNG state
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """States of python ``random``, numpy, torch CPU and (if present) every CUDA generator."""
+    _, key, pos, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+    return {
+        "python": random.getstate(),
+        # plain ints so that torch.load(weights_only=True) accepts it
+        "numpy": ("MT19937", [int(k) for k in key], int(pos), int(has_gauss),
+                  float(cached_gaussian)),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of ``capture_rng_state``."""
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))  # a JSON/pt round trip gives lists
+    name, key, pos, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state((name, np.asarray(key, dtype=np.uint32), pos, has_gauss, cached_gaussian))
+    torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda")
+    if cuda is not None:
+        if not torch.cuda.is_available():
+            warnings.warn("checkpoint holds CUDA RNG states but CUDA is not available; "
+                          "they are not restored", stacklevel=2)
+        else:
+            if len(cuda) != torch.cuda.device_count():
+                warnings.warn(f"checkpoint holds {len(cuda)} CUDA RNG states, this machine has "
+                              f"{torch.cuda.device_count()} devices; restoring the common ones",
+                              stacklevel=2)
+            for i, s in enumerate(cuda[: torch.cuda.device_count()]):
+                torch.cuda.set_rng_state(s, device=i)
+
+
+# --- save
+
+
+def _check_trainer_state(trainer_state: dict[str, Any]) -> dict[str, Any]:
+    missing = [k for k in (*TRAINER_STATE_KEYS, "data_position") if k not in trainer_state]
+    if missing:
+        raise ValueError(f"trainer_state lacks {missing}; it needs {list(TRAINER_STATE_KEYS)} "
+                         "and 'data_position' (a JSON dict describing the data loader position)")
+    if not isinstance(trainer_state["data_position"], dict):
+        raise ValueError("trainer_state['data_position'] must be a dict, got "
+                         f"{type(trainer_state['data_position']).__name__}")
+    try:
+        json.dumps(trainer_state, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"trainer_state must be finite, JSON-serialisable values: {err}") from None
+    return trainer_state
+
+
+def save_checkpoint(
+    ckpt_root: str | Path,
+    step: int,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any | None = None,
+    tokenizer: Any | None = None,
+    trainer_state: dict[str, Any],
+    keep_last: int | None = None,
+) -> Path:
+    """Write ``ckpt_root/step_XXXXXX/`` atomically, prune to ``keep_last``; returns its path.
+
+    ``model`` is a Hugging Face ``PreTrainedModel`` (unwrapped, not a DDP/accelerate wrapper).
+    """
+    _check_trainer_state(trainer_state)
+    if keep_last is not None and keep_last < 1:
+        raise ValueError(f"keep_last must be >= 1 or None, got {keep_last}")
+    if not hasattr(model, "save_pretrained"):
+        raise TypeError(f"model must be a Hugging Face PreTrainedModel (has save_pretrained); got "
+                        f"{type(model).__name__} (unwrap accelerate/DDP wrappers first)")
+    rng = capture_rng_state()  # first: nothing below may draw before the state is recorded
+    final = step_dir(ckpt_root, step)
+    with atomic_dir(final) as tmp:
+        # save_pretrained writes safetensors (the only format in transformers 5, the default
+        # in 4.x), so no safe_serialization flag: transformers 5 silently ignores it
+        model.save_pretrained(tmp / "model")
+        if not any((tmp / "model").glob("*.safetensors")):
+            raise RuntimeError(f"{type(model).__name__}.save_pretrained wrote no .safetensors")
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp / "model")
+        torch.save({"optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict() if scheduler is not None else None},
+                   tmp / "optimizer.pt")
+        torch.save(rng, tmp / "rng_state.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
+    if keep_last is not None:
+        older = [p for _, p in list_checkpoints(ckpt_root) if p != final]
+        for p in older[: max(len(older) - (keep_last - 1), 0)]:
+            shutil.rmtree(p)
+    return final
+
+
+# --- load
+
+
+def _shape(t: torch.Tensor) -> list[int]:
+    return list(t.shape)
+
+
+def _load_weights(model_dir: Path, model: torch.nn.Module) -> None:
+    """Copy the safetensors under ``model_dir`` into ``model``'s tensors, in place."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no .safetensors files in {model_dir}")
+    saved: dict[str, torch.Tensor] = {}
+    for f in files:  # sharded saves: model-00001-of-00002.safetensors, ...
+        saved.update(load_file(f, device="cpu"))
+
+    target = model.state_dict()
+    # names sharing one storage (tied embeddings) form one group; one saved name fills them all
+    groups: dict[tuple, list[str]] = {}
+    for name, t in target.items():
+        groups.setdefault((t.device, t.data_ptr(), tuple(t.shape)), []).append(name)
+    source: dict[str, str] = {}
+    missing = []
+    for names in groups.values():
+        present = [n for n in names if n in saved]
+        if present:
+            source.update({n: present[0] for n in names})
+        else:
+            missing += names
+    unexpected = sorted(set(saved) - set(target))
+    wrong_shape = [n for n, s in source.items() if saved[s].shape != target[n].shape]
+    if missing or unexpected or wrong_shape:
+        def show(names, fmt):
+            return ", ".join(fmt(n) for n in names[:5]) + (" ..." if len(names) > 5 else "")
+
+        problems = []
+        if missing:
+            problems.append(f"missing from the checkpoint ({len(missing)}): "
+                            + show(missing, lambda n: f"{n} {_shape(target[n])}"))
+        if unexpected:
+            problems.append(f"not in the model ({len(unexpected)}): "
+                            + show(unexpected, lambda n: f"{n} {_shape(saved[n])}"))
+        if wrong_shape:
+            problems.append(f"shape mismatch ({len(wrong_shape)}): " + show(
+                wrong_shape,
+                lambda n: f"{n} checkpoint {_shape(saved[source[n]])} vs model "
+                          f"{_shape(target[n])}"))
+        raise ValueError(f"checkpoint {model_dir} does not match {type(model).__name__}:\n  "
+                         + "\n  ".join(problems))
+    with torch.no_grad():  # state_dict tensors share storage with the parameters
+        for name, t in target.items():
+            t.copy_(saved[source[name]])
+
+
+def load_checkpoint(
+    path: str | Path,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any | None = None,
+) -> dict[str, Any]:
+    """Restore ``model`` (in place), optimizer, scheduler and RNG states from a step directory.
+
+    Returns the trainer state dict (GRPOSaveState keys + ``data_position``).
+    """
+    path = Path(path)
+    if not (path / "trainer_state.json").is_file():
+        raise FileNotFoundError(f"{path} is not a checkpoint (no trainer_state.json); "
+                                f"latest under it: {latest_checkpoint(path)}")
+    _load_weights(path / "model", model)
+    if optimizer is not None or scheduler is not None:
+        states = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
+        if optimizer is not None:
+            optimizer.load_state_dict(states["optimizer"])  # moves state to the params' device
+        if scheduler is not None:
+            if states["scheduler"] is None:
+                raise ValueError(f"{path} was saved without a scheduler; pass scheduler=None")
+            scheduler.load_state_dict(states["scheduler"])
+    restore_rng_state(torch.load(path / "rng_state.pt", map_location="cpu", weights_only=True))
+    return json.loads((path / "trainer_state.json").read_text())

@@ -1,0 +1,307 @@
+"""One folder per training run: its config, its metrics, its rollouts and its checkpoints.
+
+    runs/<name>/
+      config.yaml                    the resolved config, as trained
+      metrics.jsonl                  one line per logged step: {"step": k, "train/reward": ...}
+      rollouts/step_000001.parquet   one table per step: prompts, completions, token ids, rewards
+      checkpoints/step_000010/       see rlnb.run.checkpoint
+
+Implementation choices:
+1) ``config.yaml`` is the single record of what was trained. Reopening a folder that holds a
+   different config is refused unless ``resume=True``, and resuming is refused if any key that
+   changes the numerics differs (``RESUMABLE_KEYS`` lists the ones that may change: logging,
+   the save period, the step budget). Errors list the dotted keys with both values.
+2) Configs are compared after a YAML round trip (tuples become lists, paths strings), so a
+   config compares equal to the one it wrote.
+3) ``metrics.jsonl`` is appended one line per call, flushed and fsync'ed, so a crash loses at most
+   the line being written; ``read_metrics`` drops such a trailing partial line and reopening the
+   folder cuts it off before appending. Non-finite floats are written as ``null`` (JSON has no
+   NaN), so a NaN loss stays visible as a gap instead of breaking every JSON reader.
+4) Rollout tables go to Parquet (typed, compressed, readable by pandas and polars); per-row token
+   ids and logprobs are list columns, ``[B, T]`` tensors become one list per row. pandas and
+   pyarrow are imported only when rollouts are written or read.
+5) A failed construction leaves nothing behind: a folder created by that call is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from numbers import Number
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from pydantic import BaseModel
+
+from rlnb.run.atomic import atomic_write_bytes, atomic_write_text
+
+# Dotted config keys (and prefixes of them) that may differ when resuming: they change what is
+# logged and when the run stops, never the numbers it computes.
+RESUMABLE_KEYS = ("logger", "checkpointing.save_period", "grpo.max_num_steps")
+_MISSING = "<missing>"
+
+
+def _plain(value: Any, where: str) -> Any:
+    """``value`` as YAML-safe builtins; raises ``TypeError`` naming the dotted key otherwise."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (np.generic, torch.Tensor)) and np.ndim(value) == 0:
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"config key '{where}' holds a {type(value).__name__}, which YAML cannot "
+                    "store; use a number, string, list or dict")
+
+
+def _flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; empty dicts stay as leaves."""
+    flat: dict[str, Any] = {}
+    for key, value in cfg.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(_flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(dotted_key, old_value, new_value)`` for every leaf that differs, sorted by key."""
+    a, b = _flatten(old), _flatten(new)
+    return [(k, a.get(k, _MISSING), b.get(k, _MISSING))
+            for k in sorted(a.keys() | b.keys()) if a.get(k, _MISSING) != b.get(k, _MISSING)]
+
+
+def _is_resumable(key: str) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in RESUMABLE_KEYS)
+
+
+def _format_diff(diff: list[tuple[str, Any, Any]]) -> str:
+    return "\n".join(f"  {k}: {old!r} (saved) -> {new!r} (now)" for k, old, new in diff)
+
+
+def _metric_value(key: str, value: Any) -> int | float | bool | None:
+    """A JSON-safe scalar: finite number, or ``None`` for NaN/inf."""
+    if isinstance(value, (torch.Tensor, np.ndarray, np.generic)):
+        if np.ndim(value) != 0:
+            raise TypeError(f"metric '{key}' must be a scalar, got shape {tuple(value.shape)}")
+        value = value.item()
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, Number) and not isinstance(value, complex):
+        if isinstance(value, int):
+            return int(value)
+        value = float(value)
+        return value if math.isfinite(value) else None
+    raise TypeError(f"metric '{key}' must be a number, got {type(value).__name__}: {value!r}")
+
+
+def _column(name: str, values: Any) -> list[Any]:
+    """One rollout column as a Python list: scalars per row, or one list per row for ``[B, T]``."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu()
+        if values.dtype in (torch.bfloat16, torch.float16):  # numpy has no bfloat16
+            values = values.float()
+        values = values.numpy()
+    if isinstance(values, np.ndarray):
+        if values.ndim > 2:
+            raise ValueError(f"rollout column '{name}' has shape {values.shape}; "
+                             "expected [B] or [B, T]")
+        return values.tolist()
+    if isinstance(values, (list, tuple)):  # ragged per-row lists stay as they are
+        return [_column(f"{name}[{i}]", v) if isinstance(v, (torch.Tensor, np.ndarray)) else v
+                for i, v in enumerate(values)]
+    raise TypeError(f"rollout column '{name}' must be a list, numpy array or tensor, "
+                    f"got {type(values).__name__}")
+
+
+class RunDir:
+    """A run's folder. ``RunDir(path, config=cfg)`` starts one, ``resume=True`` continues one."""
+
+    CONFIG = "config.yaml"
+    METRICS = "metrics.jsonl"
+    ROLLOUTS = "rollouts"
+    CHECKPOINTS = "checkpoints"
+
+    def __init__(self, path: str | Path, *, config: Mapping[str, Any] | BaseModel,
+                 resume: bool = False):
+        self.path = Path(path)
+        config = _plain(config, "")
+        if not isinstance(config, dict):
+            raise TypeError(f"config must be a mapping, got {type(config).__name__}")
+        # YAML round trip: what we compare against later is exactly what the file will hold
+        self.config: dict[str, Any] = yaml.safe_load(yaml.safe_dump(config)) or {}
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(f"run dir {self.path} exists and is not a directory")
+        if resume and not (self.path / self.CONFIG).is_file():
+            raise ValueError(f"cannot resume {self.path}: it holds no {self.CONFIG}; "
+                             "pass resume=False to start a new run there")
+        created = not self.path.exists()
+        try:
+            if created:
+                self.path.mkdir(parents=True)
+            else:
+                self._check_existing(resume)
+                self._cut_partial_metrics_line()
+            atomic_write_text(self.config_path, yaml.safe_dump(self.config, sort_keys=False))
+            self.rollouts_dir.mkdir(exist_ok=True)
+            self.checkpoints_dir.mkdir(exist_ok=True)
+            self.metrics_path.touch(exist_ok=True)
+        except BaseException:
+            if created:
+                shutil.rmtree(self.path, ignore_errors=True)
+            raise
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # --- paths
+    @property
+    def config_path(self) -> Path:
+        return self.path / self.CONFIG
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / self.METRICS
+
+    @property
+    def rollouts_dir(self) -> Path:
+        return self.path / self.ROLLOUTS
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / self.CHECKPOINTS
+
+    @staticmethod
+    def new_default_path(root: str | Path = "runs", name: str | None = None) -> Path:
+        """``root/<name>``, or ``root/<YYYYmmdd-HHMMSS>`` (suffixed ``-2``, ... if taken)."""
+        if name is not None:
+            return Path(root) / name
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path, n = Path(root) / stamp, 1
+        while path.exists():
+            n += 1
+            path = Path(root) / f"{stamp}-{n}"
+        return path
+
+    # --- construction checks
+    def _check_existing(self, resume: bool) -> None:
+        if not self.config_path.is_file():
+            if any(self.path.iterdir()):
+                raise ValueError(f"{self.path} exists, is not empty and holds no {self.CONFIG}: "
+                                 "it is not an rlnb run dir; choose a new dir")
+            return
+        saved = yaml.safe_load(self.config_path.read_text()) or {}
+        diff = config_diff(saved, self.config)
+        if not diff:
+            return
+        if not resume:
+            raise ValueError(
+                f"{self.path} already holds a run with a different config:\n"
+                f"{_format_diff(diff)}\n"
+                "pass resume=True to continue that run, or choose a new dir "
+                "(RunDir.new_default_path())")
+        numeric = [d for d in diff if not _is_resumable(d[0])]
+        if numeric:
+            raise ValueError(
+                f"cannot resume {self.path}: these config keys change the numerics "
+                f"(only {', '.join(RESUMABLE_KEYS)} may change on resume):\n"
+                f"{_format_diff(numeric)}")
+
+    def _cut_partial_metrics_line(self) -> None:
+        """Drop a line left half-written by a crash, so the next append starts a fresh line."""
+        if not self.metrics_path.is_file():
+            return
+        data = self.metrics_path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            atomic_write_bytes(self.metrics_path, data[: data.rfind(b"\n") + 1])
+
+    # --- metrics
+    def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
+        """Append ``{"step": step, **metrics}`` to ``metrics.jsonl``; returns the record written."""
+        if "step" in metrics:
+            raise ValueError("metrics must not contain the key 'step'; pass it as `step`")
+        record = {"step": int(step), **{k: _metric_value(k, v) for k, v in metrics.items()}}
+        line = json.dumps(record, allow_nan=False) + "\n"
+        with open(self.metrics_path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            # fsync per line: a crash then loses at most this step (costs ~ms, once per step)
+            os.fsync(f.fileno())
+        return record
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """Every logged record in file order; a trailing partial line (a crash) is dropped."""
+        if not self.metrics_path.is_file():
+            return []
+        data = self.metrics_path.read_bytes()
+        # every write ends in "\n", so bytes after the last newline were cut mid-write: drop them
+        # (before decoding: the cut may split a multi-byte character)
+        complete = data[: data.rfind(b"\n") + 1].decode("utf-8").split("\n")
+        records = []
+        for i, line in enumerate(complete, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{self.metrics_path}:{i} is not valid JSON ({err})") from None
+        return records
+
+    def truncate_metrics(self, after_step: int) -> None:
+        """Keep only records with ``step <= after_step`` (call on resume from that checkpoint,
+        so replayed steps are not logged twice)."""
+        kept = [r for r in self.read_metrics() if r["step"] <= after_step]
+        atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    # --- rollouts
+    def rollouts_path(self, step: int) -> Path:
+        return self.rollouts_dir / f"step_{int(step):06d}.parquet"
+
+    def rollout_steps(self) -> list[int]:
+        """Steps that have a rollout table, ascending."""
+        return sorted(int(p.stem.removeprefix("step_"))
+                      for p in self.rollouts_dir.glob("step_*.parquet"))
+
+    def write_rollouts(self, step: int, table: Mapping[str, Any]) -> Path:
+        """Write one row per sequence: ``{"reward": [B], "token_ids": [B, T] or B lists}``."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not table:
+            raise ValueError(f"rollouts of step {step}: the table has no columns")
+        columns = {name: _column(name, values) for name, values in table.items()}
+        lengths = {name: len(col) for name, col in columns.items()}
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"rollouts of step {step}: columns have different numbers of rows: "
+                             f"{lengths}")
+        try:
+            arrow = pa.table({name: pa.array(col) for name, col in columns.items()})
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+            raise ValueError(f"rollouts of step {step}: cannot store a column ({err})") from None
+        sink = pa.BufferOutputStream()
+        pq.write_table(arrow, sink)
+        return atomic_write_bytes(self.rollouts_path(step), sink.getvalue().to_pybytes())
+
+    def read_rollouts(self, step: int):
+        """The rollout table of ``step`` as a ``pandas.DataFrame`` (list columns hold arrays)."""
+        import pandas as pd
+
+        path = self.rollouts_path(step)
+        if not path.is_file():
+            raise FileNotFoundError(f"no rollouts for step {step} at {path}; "
+                                    f"steps with rollouts: {self.rollout_steps()}")
+        return pd.read_parquet(path)

@@ -1,0 +1,94 @@
+"""Runs on disk: rlnb train, run directories, rollouts, checkpoints and exact resume."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rlnb.run.session import TrainingRun
+
+SMALL = [
+    "policy.tiny.hidden_size=32", "policy.tiny.num_hidden_layers=1",
+    "policy.max_total_sequence_length=20", "policy.generation.max_new_tokens=4",
+    "policy.train_micro_batch_size=8", "policy.train_global_batch_size=16",
+    "grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=4",
+    "grpo.val_period=2", "grpo.max_num_steps=4", "data.num_val=16",
+    "sft.max_steps=20", "sft.stop_at_accuracy=null", "checkpointing.save_period=2",
+    "loss_fn.reference_policy_kl_penalty=0.05",
+]
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def comparable(rows):
+    return [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in rows]
+
+
+def test_run_directory_holds_config_metrics_rollouts_and_checkpoints(tmp_path):
+    run = TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "run", progress=False, log=lambda *a: None)
+    summary = run.train()
+    d = tmp_path / "run"
+    assert summary["steps"] == 4 and summary["accuracy_before"] is not None
+    assert (d / "config.yaml").exists()
+    metrics = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1, 2, 3, 4]
+    assert "validation/accuracy" in metrics[0] and "train/loss" in metrics[1]
+    frame = run.run_dir.read_rollouts(3)
+    assert len(frame) == 16
+    for col in ("input_ids", "token_mask", "advantages", "generation_logprobs", "prev_logprobs",
+                "reference_logprobs", "reward"):
+        assert col in frame.columns, col
+    assert len(frame["input_ids"][0]) == len(frame["advantages"][0])
+    ckpts = sorted(p.name for p in (d / "checkpoints").iterdir())
+    assert ckpts == ["step_000002", "step_000004"]
+    state = json.loads((d / "checkpoints" / "step_000004" / "trainer_state.json").read_text())
+    assert state["current_step"] == 4 and state["data_position"]["consumed_prompts"] == 16
+
+
+def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path):
+    full = TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "full", progress=False, log=lambda *a: None)
+    full.train()
+    first = TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "cut", progress=False, log=lambda *a: None)
+    first.train(2)
+    resumed = TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "cut", resume=True, progress=False,
+                          log=lambda *a: None)
+    assert resumed.trainer.step_count == 2
+    resumed.train()
+    a = comparable(full.run_dir.read_metrics())
+    b = comparable(resumed.run_dir.read_metrics())
+    assert [m["step"] for m in b] == [0, 1, 2, 3, 4]
+    assert a == b  # steps 3-4 after the resume match the uninterrupted run, to the bit
+
+
+def test_resume_with_a_different_config_is_refused(tmp_path):
+    TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "r", progress=False, log=lambda *a: None).train(2)
+    with pytest.raises(ValueError, match=r"loss_fn\.ratio_clip_max"):
+        TrainingRun(None, overrides=SMALL + ["loss_fn.ratio_clip_max=0.3"], run_dir=tmp_path / "r",
+                    resume=True, progress=False, log=lambda *a: None)
+    with pytest.raises(ValueError, match="not a run directory"):
+        TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "nothing", resume=True, progress=False)
+
+
+def test_failed_start_leaves_no_run_directory(tmp_path):
+    with pytest.raises(ValueError, match="policy.model_name"):
+        TrainingRun(None, overrides=[f"policy.model_name={tmp_path / 'missing'}"],
+                    run_dir=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_rlnb_train_command_prints_a_summary(tmp_path):
+    cmd = [sys.executable, "-m", "rlnb.cli", "train", *SMALL, "--steps", "2", "--no-progress",
+           "--run-dir", str(tmp_path / "cli")]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "held-out accuracy" in out.stdout and str(tmp_path / "cli") in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "rlnb.cli", "train", "loss_fn.ratio_clip_mx=1",
+                          "--run-dir", str(tmp_path / "bad")], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert bad.returncode == 2 and "did you mean 'ratio_clip_max'" in bad.stderr
+    assert not (tmp_path / "bad").exists()
