@@ -157,3 +157,28 @@ def test_bad_model_path_and_long_prompt_and_nan_reward(tmp_path):
         total=torch.full((len(prompts),), float("nan")), components={}, correct=torch.zeros(len(prompts), dtype=torch.bool))
     with pytest.raises(ValueError, match=r"row 0"):
         t.rollout()
+
+
+def test_dynamic_sampling_fills_the_batch_with_rows_that_carry_signal():
+    from rlnb.engine.environments import Rewards
+
+    t = GRPOTrainer(load_config(None, SMALL + ["grpo.use_dynamic_sampling=true",
+                                               "grpo.use_leave_one_out_baseline=false"]))
+    calls = []
+
+    def score(prompts, responses, rows):  # group k of call c: all-equal when (k + c) is even
+        c = len(calls)
+        calls.append(c)
+        r = torch.tensor([float((i // 4 + c) % 2 and i % 2) for i in range(len(prompts))])
+        return Rewards(total=r, components={}, correct=r > 0)
+
+    t.task.score = score
+    b = t.rollout()
+    assert len(b) == 16 and len(calls) >= 2  # needed a second generation batch
+    assert not b.zero_signal_groups()
+    assert b.metrics["train/dynamic_sampling_num_gen_batches"] == len(calls)
+    # all-equal rewards everywhere: no signal, give up after max_gen_batches with a clear error
+    t2 = GRPOTrainer(load_config(None, SMALL + ["grpo.use_dynamic_sampling=true",
+                                                "grpo.dynamic_sampling_max_gen_batches=2"]))
+    with pytest.raises(ValueError, match="generation batches"):
+        t2.rollout()

@@ -44,7 +44,7 @@ from rlnb.algorithms.rewards import (
     shape_rewards,
 )
 from rlnb.config import Config
-from rlnb.engine.batches import AdvantageBatch, RolloutBatch, UpdateResult
+from rlnb.engine.batches import AdvantageBatch, RolloutBatch, UpdateResult, concat_rollouts
 from rlnb.engine.distributed import Distributed
 from rlnb.engine.environments import check_rewards
 from rlnb.engine.generation import make_generation_backend
@@ -88,6 +88,11 @@ class GRPOConfig(Config):
                     normalize_rewards=self.normalize_rewards,
                     use_leave_one_out_baseline=self.use_leave_one_out_baseline,
                 ),
+            )
+        if self.max_rollout_turns != 1:
+            raise ValueError(
+                "grpo.max_rollout_turns > 1: multi-turn rollouts are not in the trainer yet "
+                "(Environment.step defines the interface; rollouts are single-turn)"
             )
         if self.batch_multiplier != 1 and not self.use_dynamic_sampling:
             raise ValueError("grpo.batch_multiplier != 1 needs grpo.use_dynamic_sampling")
@@ -276,7 +281,7 @@ class GRPOTrainer:
             if result.batch is not None:
                 break
         keep = result.batch["row"].long()
-        batch = _concat_rollouts(parts, keep)
+        batch = concat_rollouts(parts, keep, self.policy.tokenizer.pad_token_id)
         batch.metrics.update({f"train/{k}": v for k, v in result.metrics.items()})
         return batch
 
@@ -462,54 +467,3 @@ class GRPOTrainer:
     def load_state(self, state: dict[str, Any]) -> None:
         self.step_count = state["current_step"]
         self.consumed_prompts = state["data_position"]["consumed_prompts"]
-
-
-def _concat_rollouts(parts: list[RolloutBatch], keep: torch.Tensor) -> RolloutBatch:
-    """Rows ``keep`` of the concatenation of several generation batches (dynamic sampling)."""
-    width = max(p.input_ids.shape[1] for p in parts)
-    pwidth = max(p.prompt_ids.shape[1] for p in parts)
-
-    def cat(name, pad_to=None, left=False, value=0):
-        xs = []
-        for p in parts:
-            x = getattr(p, name)
-            if pad_to is not None and x.shape[1] < pad_to:
-                extra = pad_to - x.shape[1]
-                x = torch.nn.functional.pad(x, (extra, 0) if left else (0, extra), value=value)
-            xs.append(x)
-        return torch.cat(xs)[keep]
-
-    pad_id = int(parts[0].input_ids[parts[0].attention_mask == 0].flatten()[:1].tolist() or [0])
-    flat = lambda name: [v for p in parts for v in getattr(p, name)]  # noqa: E731
-    keep_list = keep.tolist()
-    first = parts[0]
-    metrics = {
-        k: sum(p.metrics.get(k, 0.0) for p in parts) if k.startswith("timing/") else v
-        for k, v in first.metrics.items()
-    }
-    components = {
-        k: torch.cat([p.reward_components[k] for p in parts])[keep] for k in first.reward_components
-    }
-    return RolloutBatch(
-        step=first.step,
-        rows=[flat("rows")[i] for i in keep_list],
-        prompts=[flat("prompts")[i] for i in keep_list],
-        responses=[flat("responses")[i] for i in keep_list],
-        group=cat("group"),
-        prompt_ids=cat("prompt_ids", pwidth, left=True, value=pad_id),
-        input_ids=cat("input_ids", width, value=pad_id),
-        attention_mask=cat("attention_mask", width),
-        token_mask=cat("token_mask", width),
-        sample_mask=cat("sample_mask"),
-        generation_logprobs=cat("generation_logprobs", width),
-        prev_logprobs=cat("prev_logprobs", width),
-        reference_logprobs=cat("reference_logprobs", width)
-        if first.reference_logprobs is not None
-        else None,
-        rewards=cat("rewards"),
-        reward_components=components,
-        correct=cat("correct"),
-        truncated=cat("truncated"),
-        response_lengths=cat("response_lengths"),
-        metrics=metrics,
-    )
