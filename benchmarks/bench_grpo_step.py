@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import ctypes.util
 import functools
+import gc
 import re
 import resource
 import statistics
@@ -58,11 +61,15 @@ class Meter:
 
     CPU: the kernel's high-water RSS (``ru_maxrss``), reset before each call through
     ``/proc/self/clear_refs`` so every call gets its own peak (falls back to the process-wide
-    high-water mark). CUDA: ``torch.cuda.max_memory_allocated``.
+    high-water mark). RSS only tracks live tensors once glibc hands freed memory back, so the
+    memory pass (``exact()``, after all timings: it slows allocation) makes every allocation of
+    64 KiB or more its own mapping and trims the heap before each call.
+    CUDA: ``torch.cuda.max_memory_allocated``.
     """
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
+        self.libc = None
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
@@ -70,9 +77,16 @@ class Meter:
         except OSError:
             self.resettable = False
 
-    def _rss_kib(self) -> int:
+    def exact(self) -> None:
+        try:
+            self.libc = ctypes.CDLL(ctypes.util.find_library("c"))
+            self.libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD (also stops its auto-growth)
+        except (OSError, AttributeError):
+            self.libc = None
+
+    def _status_kib(self, field: str) -> int:
         with open("/proc/self/status") as f:
-            return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+            return int(re.search(field + r":\s+(\d+)", f.read()).group(1))
 
     def __call__(self, fn, *args, **kwargs):
         """``(result, seconds, peak MiB added)``."""
@@ -81,10 +95,13 @@ class Meter:
             torch.cuda.reset_peak_memory_stats()
             start_mem = torch.cuda.memory_allocated()
         else:
+            gc.collect()
+            if self.libc is not None:
+                self.libc.malloc_trim(0)
             if self.resettable:
                 with open("/proc/self/clear_refs", "w") as f:
                     f.write("5")
-            start_mem = self._rss_kib() * 1024
+            start_mem = self._status_kib("VmRSS") * 1024
         t0 = time.perf_counter()
         out = fn(*args, **kwargs)
         if self.cuda:
@@ -93,7 +110,7 @@ class Meter:
         if self.cuda:
             peak = torch.cuda.max_memory_allocated()
         else:
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+            peak = self._status_kib("VmHWM") * 1024  # = ru_maxrss, without exited threads'
         return out, seconds, max(0, peak - start_mem) / 2**20
 
 
@@ -201,7 +218,8 @@ def profile_table(fn, top_ops: int = 6) -> str:
 
 
 # ---------------------------------------------------------------------------- the benchmark
-def bench(name: str, overrides: list[str], args, device: torch.device) -> dict:
+def bench(name: str, overrides: list[str], args, device: torch.device):
+    """Time the stages, print the table; returns the memory pass to run after all timings."""
     cfg = load_config(args.config, BASE + overrides)
     t = GRPOTrainer(cfg)
     t.policy.model.to(device)  # in place: optimizer, generator and reference share the params
@@ -218,7 +236,7 @@ def bench(name: str, overrides: list[str], args, device: torch.device) -> dict:
     def note(key, value):
         rec.setdefault(key, []).append(value)
 
-    def one_step(i: int, record: bool):
+    def one_step(i: int, record: bool | str):
         rows = t.next_prompt_rows()
         prompts = [t.format_prompt(r) for r in rows for _ in range(G)]
         p_ids, p_mask = tokenize_prompts(tok, prompts, t.max_prompt_length)
@@ -245,6 +263,9 @@ def bench(name: str, overrides: list[str], args, device: torch.device) -> dict:
                 )
         _, t_upd, m_upd = results["update"]
         _, t_bupd, m_bupd = results["bare_upd"]
+        if record == "memory":
+            return {"rollout()": m_roll, "bare generate": m_bgen, "compute_advantages()": m_adv,
+                    "update()": m_upd, "bare loop": m_bupd}  # fmt: skip
         if not record:
             return b, a, data, p_ids, p_mask
         m = b.metrics
@@ -263,9 +284,8 @@ def bench(name: str, overrides: list[str], args, device: torch.device) -> dict:
             "upd_tok_s": float(b.attention_mask.sum()) / t_upd,
             "upd_loss_tok_s": float(b.token_mask.sum()) / t_upd,
             "bare_upd_tok_s": float(b.attention_mask.sum()) / t_bupd,
-            "m_rollout": m_roll, "m_bare_gen": m_bgen, "m_advantages": m_adv,
-            "m_update": m_upd, "m_bare_upd": m_bupd,
             "r_update": t_upd / t_bupd, "r_rollout": t_roll / t_bgen, "r_gen": t_gen / t_bgen,
+            "r_no_lp": (t_roll - t_lp) / t_bgen,
         }.items():  # fmt: skip
             note(key, value)
         return b, a, data, p_ids, p_mask
@@ -276,9 +296,7 @@ def bench(name: str, overrides: list[str], args, device: torch.device) -> dict:
         b, a, data, p_ids, p_mask = one_step(i, record=True)
 
     med = {k: statistics.median(v) for k, v in rec.items()}
-    peak = {k: max(v) for k, v in rec.items() if k.startswith("m_")}
     B, S = b.input_ids.shape
-    mem_unit = "MiB CUDA" if device.type == "cuda" else "MiB RSS"
     print(
         f"\n== {name}: {n_params / 1e6:.2f} M parameters; B={B} rows "
         f"({cfg.grpo.num_prompts_per_step} prompts x {G}), S={S} tokens, "
@@ -286,22 +304,21 @@ def bench(name: str, overrides: list[str], args, device: torch.device) -> dict:
         f"KL penalty {cfg.loss_fn.reference_policy_kl_penalty}; median of {args.repeats} "
         f"after {args.warmup} warm-up"
     )
-    print(f"  {'stage':<34}{'ms':>10}{'tokens/s':>12}{'peak +' + mem_unit:>18}")
+    print(f"  {'stage':<34}{'ms':>10}{'tokens/s':>12}")
     rows = [
-        ("rollout()", "rollout", "rollout_tok_s", "m_rollout"),
-        ("  generation", "generation", "gen_tok_s", None),
-        ("  reward", "reward", None, None),
-        ("  log-probs (policy; no reference)", "logprobs", None, None),
-        ("  other (rows, prompts, metrics)", "rollout_other", None, None),
-        ("bare model.generate", "bare_gen", "bare_gen_tok_s", "m_bare_gen"),
-        ("compute_advantages()", "advantages", None, "m_advantages"),
-        ("update()", "update", "upd_tok_s", "m_update"),
-        ("bare fwd+bwd+AdamW loop", "bare_upd", "bare_upd_tok_s", "m_bare_upd"),
+        ("rollout()", "rollout", "rollout_tok_s"),
+        ("  generation", "generation", "gen_tok_s"),
+        ("  reward", "reward", None),
+        ("  log-probs (policy; no reference)", "logprobs", None),
+        ("  other (rows, prompts, metrics)", "rollout_other", None),
+        ("bare model.generate", "bare_gen", "bare_gen_tok_s"),
+        ("compute_advantages()", "advantages", None),
+        ("update()", "update", "upd_tok_s"),
+        ("bare fwd+bwd+AdamW loop", "bare_upd", "bare_upd_tok_s"),
     ]
-    for label, tk, sk, mk in rows:
-        speed = f"{med[sk]:>12,.0f}" if sk else f"{'':>12}"
-        mem = f"{peak[mk]:>18.1f}" if mk else ""
-        print(f"  {label:<34}{1e3 * med[tk]:>10.1f}{speed}{mem}")
+    for label, tk, sk in rows:
+        speed = f"{med[sk]:>12,.0f}" if sk else ""
+        print(f"  {label:<34}{1e3 * med[tk]:>10.1f}{speed}")
     print(
         "  (tokens/s: generated tokens for generation, all non-pad tokens forwarded for updates; "
         f"update() on response tokens only: {med['upd_loss_tok_s']:,.0f}/s)"
@@ -317,7 +334,10 @@ def bench(name: str, overrides: list[str], args, device: torch.device) -> dict:
             f"  ratio {what:<26}{med[key]:6.2f}x  target <= {TARGET}x: {ok}  "
             f"(min/min {best:.2f}x; per run {spread})"
         )
-    print(f"  (generation stage alone / bare generate: {med['r_gen']:.2f}x)")
+    print(
+        f"  (generation stage alone / bare generate: {med['r_gen']:.2f}x; rollout() without the "
+        f"log-prob forward / bare generate: {med['r_no_lp']:.2f}x)"
+    )
 
     if args.profile or med["r_update"] > TARGET or med["r_rollout"] > TARGET:
         rows_ = t.next_prompt_rows()
@@ -339,7 +359,13 @@ def bench(name: str, overrides: list[str], args, device: torch.device) -> dict:
                         )
                     )
                 )  # fmt: skip
-    return med
+
+    def memory() -> dict[str, float]:
+        meter.exact()
+        one_step(0, record=False)  # settle allocations under the new malloc settings
+        return one_step(1, record="memory")
+
+    return memory
 
 
 def main() -> None:
@@ -354,12 +380,20 @@ def main() -> None:
     device = torch.device(args.device)
     threads = torch.get_num_threads()
     print(f"GRPO step benchmark on {device} ({threads} threads), torch {torch.__version__}")
+    memory_passes = {}
     for name in args.configs:
         run_args = argparse.Namespace(**vars(args))
         if args.repeats is None:
-            run_args.repeats = 7 if name == "tiny" else 3
+            run_args.repeats = 7 if name == "tiny" else 5
         torch.manual_seed(0)
-        bench(name, CONFIGS[name], run_args, device)
+        memory_passes[name] = bench(name, CONFIGS[name], run_args, device)
+    unit = "CUDA max_memory_allocated" if device.type == "cuda" else "RSS, mmap threshold 64 KiB"
+    print(f"\npeak memory each call adds above its start (MiB, {unit}; one call each):")
+    for name, memory in memory_passes.items():
+        peaks = memory()
+        if name == next(iter(memory_passes)):
+            print(f"  {'config':<8}" + "".join(f"{k:>22}" for k in peaks))
+        print(f"  {name:<8}" + "".join(f"{v:>22.1f}" for v in peaks.values()))
 
 
 if __name__ == "__main__":

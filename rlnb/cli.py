@@ -35,9 +35,11 @@ def _train(args: argparse.Namespace) -> int:
         return 2
     accelerator = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import torch
         from accelerate import Accelerator
 
-        accelerator = Accelerator()
+        # without cpu=True on a machine with no GPU, every launched process is rank 0 of 1
+        accelerator = Accelerator(cpu=not torch.cuda.is_available())
     try:
         run = TrainingRun(
             config,

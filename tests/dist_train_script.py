@@ -33,10 +33,10 @@ SMALL = [
     "policy.max_total_sequence_length=20", "policy.generation.max_new_tokens=4",
     "policy.train_micro_batch_size=8", "policy.train_global_batch_size=16",
     "grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=4", "grpo.val_period=0",
-    "data.num_val=16",
+    "data.num_val=16", "data.max_operand=9",
     # a short warm start so some groups have mixed rewards (non-zero advantages), plus a KL
     # term, so the GRPO steps have gradients that differ between ranks
-    "sft.enabled=true", "sft.max_steps=30", "sft.stop_at_accuracy=null", "sft.cache=false",
+    "sft.enabled=true", "sft.max_steps=60", "sft.stop_at_accuracy=null", "sft.cache=false",
     "loss_fn.reference_policy_kl_penalty=0.05",
 ]  # fmt: skip
 
@@ -84,7 +84,8 @@ def gradient_check(trainer: GRPOTrainer, advantages) -> dict[str, float]:
 
 
 def main(out: Path, steps: int) -> None:
-    accelerator = Accelerator()
+    # as `rlnb train`: without cpu=True on a machine with no GPU, each process is rank 0 of 1
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
     config = load_config(None, SMALL)
     trainer = GRPOTrainer(config, accelerator=accelerator)
     rank, world = trainer.dist.rank, trainer.dist.world_size
@@ -107,6 +108,7 @@ def main(out: Path, steps: int) -> None:
     info = {
         "rank": rank,
         "world_size": world,
+        "overrides": SMALL,
         "torch_world_size": torch_dist.get_world_size() if torch_dist.is_initialized() else 1,
         "backend": torch_dist.get_backend() if torch_dist.is_initialized() else None,
         "prompts": prompts,
