@@ -10,6 +10,8 @@ Implementation choices:
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 
@@ -20,6 +22,13 @@ class Distributed:
         self.accelerator = accelerator
         self.rank = accelerator.process_index if accelerator else 0
         self.world_size = accelerator.num_processes if accelerator else 1
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if accelerator is not None and launched > 1 and self.world_size == 1:
+            raise ValueError(
+                f"the launcher started {launched} processes but the Accelerator sees one: on a "
+                "machine without GPUs create it with Accelerator(cpu=True) (or set "
+                "ACCELERATE_USE_CPU=1), otherwise every process trains alone as rank 0"
+            )
 
     @property
     def is_main(self) -> bool:
@@ -28,7 +37,9 @@ class Distributed:
     def _reduce(self, x: torch.Tensor, op: str) -> torch.Tensor:
         if self.world_size == 1:
             return x
-        return self.accelerator.reduce(x.clone(), reduction=op)
+        # NCCL reduces device tensors only; counts are computed on the CPU
+        out = self.accelerator.reduce(x.to(self.accelerator.device).clone(), reduction=op)
+        return out.to(x.device)
 
     def sum(self, x: torch.Tensor) -> torch.Tensor:
         """Sum over ranks (float tensor, any shape)."""

@@ -250,6 +250,8 @@ class GRPOTrainer:
 
     def _dynamic_sampling_rollout(self, rows) -> RolloutBatch:
         g = self.config.grpo
+        if self.dist.world_size > 1:  # ranks would need different numbers of batches
+            raise ValueError("grpo.use_dynamic_sampling is single-process for now")
         train_size = g.num_prompts_per_step * g.num_generations_per_prompt
         state, parts = DynamicSamplingState(), []
         n_prompts = int(g.num_prompts_per_step * g.batch_multiplier)

@@ -169,6 +169,8 @@ class Policy:
             self.train_model, self.optimizer = self.dist.accelerator.prepare(
                 self.model, self.optimizer
             )
+            if self.reference_model is not None:  # prepare moved the policy, not the copy
+                self.reference_model.to(self.device)
 
     def make_reference(self):
         """A frozen copy of the current weights (the KL anchor)."""
@@ -234,7 +236,13 @@ class Policy:
         """
         cfg = self.config
         B = data["input_ids"].shape[0]
-        gbs, mbs = min(cfg.train_global_batch_size, B), cfg.train_micro_batch_size
+        world = self.dist.world_size
+        if cfg.train_global_batch_size % world:
+            raise ValueError(
+                f"policy.train_global_batch_size ({cfg.train_global_batch_size}) must be "
+                f"divisible by the number of processes ({world})")
+        # the global batch spans all ranks: each rank takes its share of every optimizer step
+        gbs, mbs = min(cfg.train_global_batch_size // world, B), cfg.train_micro_batch_size
         per_global: list[dict[str, float]] = []
         self.train_model.train()
         for start in range(0, B, gbs):

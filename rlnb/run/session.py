@@ -110,7 +110,8 @@ class TrainingRun:
         t.load_state(state)
         if self.run_dir is not None:
             self.run_dir.truncate_metrics(after_step=t.step_count)
-        self.log(f"resumed from {ckpt} (step {t.step_count})")
+        if self.dist.is_main:
+            self.log(f"resumed from {ckpt} (step {t.step_count})")
 
     # ------------------------------------------------------------------ logging
     def log_step(self, trainer, metrics: dict[str, float]) -> None:
