@@ -3,8 +3,9 @@
 For the embedded default (configs/tiny.yaml, ~0.3 M parameters) and a ~20 M-parameter version of
 the same character-level Llama, this prints the median time of each stage (rollout: generation,
 reward, log-probs; compute_advantages; update), tokens per second, the peak memory each stage
-adds, and two ratios measured on the same batches in the same run (median of the per-repeat ratios;
-min/min is printed beside it, as a check when other processes share the cores):
+adds (measured afterwards in a fresh process, see ``Meter``), and two ratios measured on the same
+batches in the same run (median of the per-repeat ratios; min/min is printed beside it, as a
+check when other processes share the cores):
 
     update()  / a bare forward + backward + AdamW loop on the same tokens     (target <= 1.2x)
     rollout() / a bare ``model.generate(do_sample=True)`` on the same prompts  (target <= 1.2x)
@@ -27,9 +28,12 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import json
+import os
 import re
-import resource
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -59,12 +63,12 @@ _MISSING = object()
 class Meter:
     """Wall time and the peak memory one call adds above what was resident when it started.
 
-    CPU: the kernel's high-water RSS (``ru_maxrss``), reset before each call through
-    ``/proc/self/clear_refs`` so every call gets its own peak (falls back to the process-wide
-    high-water mark). RSS only tracks live tensors once glibc hands freed memory back, so the
-    memory pass (``exact()``, after all timings: it slows allocation) makes every allocation of
-    64 KiB or more its own mapping and trims the heap before each call.
-    CUDA: ``torch.cuda.max_memory_allocated``.
+    CPU: the kernel's high-water RSS (VmHWM, i.e. ``ru_maxrss``), reset before each call through
+    ``/proc/self/clear_refs`` so every call gets its own peak (without that, the process-wide
+    high-water mark). RSS follows live tensors only if glibc hands freed memory back, so the
+    memory pass runs in a fresh process (``--memory-pass``) that first calls ``exact()``: every
+    allocation of 64 KiB or more gets its own mapping (slower, hence not during the timings)
+    and the heap is trimmed before each call. CUDA: ``torch.cuda.max_memory_allocated``.
     """
 
     def __init__(self, device: torch.device):
@@ -218,87 +222,91 @@ def profile_table(fn, top_ops: int = 6) -> str:
 
 
 # ---------------------------------------------------------------------------- the benchmark
-def bench(name: str, overrides: list[str], args, device: torch.device):
-    """Time the stages, print the table; returns the memory pass to run after all timings."""
-    cfg = load_config(args.config, BASE + overrides)
-    t = GRPOTrainer(cfg)
-    t.policy.model.to(device)  # in place: optimizer, generator and reference share the params
-    model, tok = t.policy.model, t.policy.tokenizer
-    n_params = sum(p.numel() for p in model.parameters())
-    pc = cfg.policy
-    bare_opt = torch.optim.AdamW(
-        model.parameters(), lr=pc.optimizer.lr, betas=pc.optimizer.betas, eps=pc.optimizer.eps
-    )
-    meter = Meter(device)
-    G = cfg.grpo.num_generations_per_prompt
-    rec: dict[str, list[float]] = {}
+class StepBench:
+    """One trainer and its bare twins; ``step`` runs every stage once, trainer and bare in turn."""
 
-    def note(key, value):
-        rec.setdefault(key, []).append(value)
+    def __init__(self, overrides: list[str], args, device: torch.device):
+        self.cfg = cfg = load_config(args.config, BASE + overrides)
+        self.device = device
+        self.t = t = GRPOTrainer(cfg)
+        t.policy.model.to(device)  # in place: optimizer, generator and reference keep the params
+        self.n_params = sum(p.numel() for p in t.policy.model.parameters())
+        opt = cfg.policy.optimizer
+        self.bare_opt = torch.optim.AdamW(
+            t.policy.model.parameters(), lr=opt.lr, betas=opt.betas, eps=opt.eps
+        )
+        self.meter = Meter(device)
 
-    def one_step(i: int, record: bool | str):
+    def bare_update(self, data: dict[str, torch.Tensor]) -> None:
+        pc = self.cfg.policy
+        gbs = min(pc.train_global_batch_size, data["input_ids"].shape[0])
+        bare_update(self.t.policy.model, self.bare_opt, data, gbs, pc.train_micro_batch_size)
+
+    def step(self, trainer_first: bool) -> dict:
+        """Each stage once: ``{stage: (result, seconds, peak MiB)}`` plus the inputs used."""
+        t, tok, meter, device = self.t, self.t.policy.tokenizer, self.meter, self.device
         rows = t.next_prompt_rows()
+        G = self.cfg.grpo.num_generations_per_prompt
         prompts = [t.format_prompt(r) for r in rows for _ in range(G)]
         p_ids, p_mask = tokenize_prompts(tok, prompts, t.max_prompt_length)
         p_ids, p_mask = p_ids.to(device), p_mask.to(device)
-        trainer_first = i % 2 == 0
-        results = {}
-        for which in ("trainer", "bare") if trainer_first else ("bare", "trainer"):
+        order = ("trainer", "bare") if trainer_first else ("bare", "trainer")
+        out = {"rows": rows, "prompt_ids": p_ids, "prompt_mask": p_mask}
+        for which in order:
             if which == "trainer":
-                results["rollout"] = meter(t.rollout, rows)
+                out["rollout"] = meter(t.rollout, rows)
             else:
-                results["bare_gen"] = meter(bare_generate, t, p_ids, p_mask)
-        b, t_roll, m_roll = results["rollout"]
-        gen_ids, t_bgen, m_bgen = results["bare_gen"]
-        a, t_adv, m_adv = meter(t.compute_advantages, b)
+                out["bare_gen"] = meter(bare_generate, t, p_ids, p_mask)
+        b = out["rollout"][0]
+        out["advantages"] = meter(t.compute_advantages, b)
+        a = out["advantages"][0]
         a.advantages = torch.randn(len(b), 1).expand_as(a.advantages).contiguous()
-        data = {k: v.to(device) for k, v in a.train_data().items()}
-        gbs = min(pc.train_global_batch_size, len(b))
-        for which in ("trainer", "bare") if trainer_first else ("bare", "trainer"):
+        out["data"] = data = {k: v.to(device) for k, v in a.train_data().items()}
+        for which in order:
             if which == "trainer":
-                results["update"] = meter(t.update, a)
+                out["update"] = meter(t.update, a)
             else:
-                results["bare_upd"] = meter(
-                    bare_update, model, bare_opt, data, gbs, pc.train_micro_batch_size
-                )
-        _, t_upd, m_upd = results["update"]
-        _, t_bupd, m_bupd = results["bare_upd"]
-        if record == "memory":
-            return {"rollout()": m_roll, "bare generate": m_bgen, "compute_advantages()": m_adv,
-                    "update()": m_upd, "bare loop": m_bupd}  # fmt: skip
-        if not record:
-            return b, a, data, p_ids, p_mask
+                out["bare_upd"] = meter(self.bare_update, data)
+        return out
+
+
+def bench(name: str, overrides: list[str], args, device: torch.device) -> None:
+    """Time the stages (warm-up, then ``repeats`` alternating steps) and print the table."""
+    sb = StepBench(overrides, args, device)
+    t, cfg, tok = sb.t, sb.cfg, sb.t.policy.tokenizer
+    pc, G = cfg.policy, cfg.grpo.num_generations_per_prompt
+    for i in range(args.warmup):
+        sb.step(trainer_first=i % 2 == 0)
+    rec: dict[str, list[float]] = {}
+    for i in range(args.repeats):
+        out = sb.step(trainer_first=i % 2 == 0)
+        b, t_roll, _ = out["rollout"]
+        gen_ids, t_bgen, _ = out["bare_gen"]
+        t_adv, t_upd, t_bupd = out["advantages"][1], out["update"][1], out["bare_upd"][1]
         m = b.metrics
+        t_gen, t_rew = m["timing/train/generation"], m["timing/train/reward_calculation"]
+        t_lp = m["timing/train/policy_and_reference_logprobs"]
         gen_tokens = float(b.response_lengths.sum())
         bare_tokens = float(
             response_mask_and_truncation(gen_ids.cpu(), tok.eos_token_id, tok.pad_token_id)[0].sum()
         )
-        t_gen, t_rew = m["timing/train/generation"], m["timing/train/reward_calculation"]
-        t_lp = m["timing/train/policy_and_reference_logprobs"]
+        trained = float(b.attention_mask.sum())
         for key, value in {
             "rollout": t_roll, "generation": t_gen, "reward": t_rew, "logprobs": t_lp,
             "rollout_other": t_roll - t_gen - t_rew - t_lp, "bare_gen": t_bgen,
             "advantages": t_adv, "update": t_upd, "bare_upd": t_bupd,
             "gen_tok_s": gen_tokens / t_gen, "rollout_tok_s": gen_tokens / t_roll,
-            "bare_gen_tok_s": bare_tokens / t_bgen,
-            "upd_tok_s": float(b.attention_mask.sum()) / t_upd,
-            "upd_loss_tok_s": float(b.token_mask.sum()) / t_upd,
-            "bare_upd_tok_s": float(b.attention_mask.sum()) / t_bupd,
+            "bare_gen_tok_s": bare_tokens / t_bgen, "upd_tok_s": trained / t_upd,
+            "upd_loss_tok_s": float(b.token_mask.sum()) / t_upd, "bare_upd_tok_s": trained / t_bupd,
             "r_update": t_upd / t_bupd, "r_rollout": t_roll / t_bgen, "r_gen": t_gen / t_bgen,
             "r_no_lp": (t_roll - t_lp) / t_bgen,
         }.items():  # fmt: skip
-            note(key, value)
-        return b, a, data, p_ids, p_mask
-
-    for i in range(args.warmup):
-        one_step(i, record=False)
-    for i in range(args.repeats):
-        b, a, data, p_ids, p_mask = one_step(i, record=True)
+            rec.setdefault(key, []).append(value)
 
     med = {k: statistics.median(v) for k, v in rec.items()}
     B, S = b.input_ids.shape
     print(
-        f"\n== {name}: {n_params / 1e6:.2f} M parameters; B={B} rows "
+        f"\n== {name}: {sb.n_params / 1e6:.2f} M parameters; B={B} rows "
         f"({cfg.grpo.num_prompts_per_step} prompts x {G}), S={S} tokens, "
         f"max_new_tokens={pc.generation.max_new_tokens}, micro-batch {pc.train_micro_batch_size}, "
         f"KL penalty {cfg.loss_fn.reference_policy_kl_penalty}; median of {args.repeats} "
@@ -339,61 +347,74 @@ def bench(name: str, overrides: list[str], args, device: torch.device):
         f"log-prob forward / bare generate: {med['r_no_lp']:.2f}x)"
     )
 
-    if args.profile or med["r_update"] > TARGET or med["r_rollout"] > TARGET:
-        rows_ = t.next_prompt_rows()
-        with labelled(t):
-            if args.profile or med["r_rollout"] > TARGET:
-                print("  profile of one rollout():")
-                print(profile_table(lambda: t.rollout(rows_)))
-                print("  profile of one bare model.generate:")
-                print(profile_table(lambda: bare_generate(t, p_ids, p_mask)))
-            if args.profile or med["r_update"] > TARGET:
-                print("  profile of one update():")
-                print(profile_table(lambda: t.update(a)))
-                print("  profile of one bare fwd+bwd+AdamW loop:")
-                print(
-                    profile_table(
-                        lambda: bare_update(
-                            model, bare_opt, data, min(pc.train_global_batch_size, B),
-                            pc.train_micro_batch_size,
-                        )
-                    )
-                )  # fmt: skip
+    a, data = out["advantages"][0], out["data"]
+    p_ids, p_mask, rows_ = out["prompt_ids"], out["prompt_mask"], t.next_prompt_rows()
+    with labelled(t):
+        if args.profile or med["r_rollout"] > TARGET:
+            print("  profile of one rollout():")
+            print(profile_table(lambda: t.rollout(rows_)))
+            print("  profile of one bare model.generate:")
+            print(profile_table(lambda: bare_generate(t, p_ids, p_mask)))
+        if args.profile or med["r_update"] > TARGET:
+            print("  profile of one update():")
+            print(profile_table(lambda: t.update(a)))
+            print("  profile of one bare fwd+bwd+AdamW loop:")
+            print(profile_table(lambda: sb.bare_update(data)))
 
-    def memory() -> dict[str, float]:
-        meter.exact()
-        one_step(0, record=False)  # settle allocations under the new malloc settings
-        return one_step(1, record="memory")
 
-    return memory
+def memory_pass(names: list[str], args, device: torch.device) -> None:
+    """(Fresh process) one warm-up step, then one step whose per-call peaks are printed as JSON."""
+    for name in names:
+        sb = StepBench(CONFIGS[name], args, device)
+        sb.meter.exact()
+        sb.step(trainer_first=True)
+        out = sb.step(trainer_first=False)
+        labels = {"rollout": "rollout()", "bare_gen": "bare generate",
+                  "advantages": "compute_advantages()", "update": "update()",
+                  "bare_upd": "bare loop"}  # fmt: skip
+        print(json.dumps({"config": name, **{v: out[k][2] for k, v in labels.items()}}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--config", default="configs/tiny.yaml")
-    parser.add_argument("--repeats", type=int, default=None, help="default: tiny 7, 20m 3")
+    parser.add_argument("--repeats", type=int, default=None, help="default: tiny 7, 20m 5")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--profile", action="store_true", help="profile even when on target")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--memory-pass", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     device = torch.device(args.device)
-    threads = torch.get_num_threads()
-    print(f"GRPO step benchmark on {device} ({threads} threads), torch {torch.__version__}")
-    memory_passes = {}
+    if args.memory_pass:
+        memory_pass(args.configs, args, device)
+        return
+    threads, load = torch.get_num_threads(), os.getloadavg()[0]
+    print(
+        f"GRPO step benchmark on {device} ({threads} threads, {os.cpu_count()} CPUs, load average "
+        f"{load:.1f}), torch {torch.__version__}"
+    )
+    if device.type == "cpu" and load > 1.0:
+        print(
+            "  WARNING: other processes are running; with OpenMP threads competing for the same "
+            "cores, small ops slow down many-fold and the timings below are not reliable"
+        )
     for name in args.configs:
         run_args = argparse.Namespace(**vars(args))
         if args.repeats is None:
             run_args.repeats = 7 if name == "tiny" else 5
         torch.manual_seed(0)
-        memory_passes[name] = bench(name, CONFIGS[name], run_args, device)
-    unit = "CUDA max_memory_allocated" if device.type == "cuda" else "RSS, mmap threshold 64 KiB"
-    print(f"\npeak memory each call adds above its start (MiB, {unit}; one call each):")
-    for name, memory in memory_passes.items():
-        peaks = memory()
-        if name == next(iter(memory_passes)):
-            print(f"  {'config':<8}" + "".join(f"{k:>22}" for k in peaks))
-        print(f"  {name:<8}" + "".join(f"{v:>22.1f}" for v in peaks.values()))
+        bench(name, CONFIGS[name], run_args, device)
+
+    cmd = [sys.executable, __file__, "--memory-pass", "--config", args.config]
+    cmd += ["--device", args.device, "--configs", *args.configs]
+    lines = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
+    peaks = [json.loads(line) for line in lines if line.startswith("{")]
+    unit = "CUDA max_memory_allocated" if device.type == "cuda" else "RSS, fresh process"
+    print(f"\npeak memory each call adds above its start (MiB, {unit}; one call after warm-up):")
+    print("  " + "".join(f"{k:>22}" if i else f"{k:<8}" for i, k in enumerate(peaks[0])))
+    for p in peaks:
+        print("  " + "".join(f"{v:>22.1f}" if i else f"{v:<8}" for i, v in enumerate(p.values())))
 
 
 if __name__ == "__main__":

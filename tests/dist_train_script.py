@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as torch_dist
 from accelerate import Accelerator
+from tiny_config import TINY
 
 from rlnb.engine.distributed import Distributed
 from rlnb.engine.grpo import GRPOTrainer
@@ -29,11 +30,7 @@ from rlnb.engine.sft import warm_start
 from rlnb.run.config import load_config
 
 SMALL = [
-    "policy.tiny.hidden_size=32", "policy.tiny.num_hidden_layers=1",
-    "policy.max_total_sequence_length=20", "policy.generation.max_new_tokens=4",
-    "policy.train_micro_batch_size=8", "policy.train_global_batch_size=16",
-    "grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=4", "grpo.val_period=0",
-    "data.num_val=16", "data.max_operand=9",
+    *TINY, "grpo.val_period=0", "data.max_operand=9",
     # a short warm start so some groups have mixed rewards (non-zero advantages), plus a KL
     # term, so the GRPO steps have gradients that differ between ranks
     "sft.enabled=true", "sft.max_steps=60", "sft.stop_at_accuracy=null", "sft.cache=false",

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from tiny_config import TINY
 
 from rlnb.engine.tasks import build_task
 from rlnb.run.config import load_config
@@ -18,13 +19,7 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent
 ACCELERATE_CONFIGS = ROOT / "configs" / "accelerate"
 STEPS = 3
-SMALL = [
-    "policy.tiny.hidden_size=32", "policy.tiny.num_hidden_layers=1",
-    "policy.max_total_sequence_length=20", "policy.generation.max_new_tokens=4",
-    "policy.train_micro_batch_size=8", "policy.train_global_batch_size=16",
-    "grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=4", "grpo.val_period=0",
-    "sft.enabled=false", "data.num_val=16",
-]
+SMALL = [*TINY, "grpo.val_period=0", "sft.enabled=false"]
 
 
 def free_port() -> int:

@@ -4,19 +4,14 @@ import math
 
 import pytest
 import torch
+from tiny_config import TINY
 
 from rlnb.engine.batches import AdvantageBatch, RolloutBatch
 from rlnb.engine.grpo import GRPOTrainer
 from rlnb.engine.policy import Policy, PolicyConfig
 from rlnb.run.config import load_config
 
-SMALL = [
-    "policy.tiny.hidden_size=32", "policy.tiny.num_hidden_layers=1",
-    "policy.max_total_sequence_length=20", "policy.generation.max_new_tokens=4",
-    "policy.train_micro_batch_size=8", "policy.train_global_batch_size=16",
-    "grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=4", "grpo.val_period=0",
-    "sft.enabled=false", "data.num_val=16",
-]
+SMALL = [*TINY, "grpo.val_period=0", "sft.enabled=false"]
 
 
 @pytest.fixture

@@ -218,15 +218,13 @@ def test_clipped_pg_table_lists_metric_keys_in_order():
 
 
 def test_every_trainer_metric_has_a_row():
+    from tiny_config import TINY
+
     from rlnb.engine.grpo import GRPOTrainer
     from rlnb.run.config import load_config
 
-    small = ["policy.tiny.hidden_size=32", "policy.tiny.num_hidden_layers=1",
-             "policy.max_total_sequence_length=20", "policy.generation.max_new_tokens=4",
-             "policy.train_micro_batch_size=8", "policy.train_global_batch_size=16",
-             "grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=4",
-             "grpo.val_period=1", "grpo.val_num_generations_per_prompt=2", "sft.enabled=false",
-             "data.num_val=16", "loss_fn.reference_policy_kl_penalty=0.01"]
+    small = [*TINY, "grpo.val_period=1", "grpo.val_num_generations_per_prompt=2",
+             "sft.enabled=false", "loss_fn.reference_policy_kl_penalty=0.01"]
     metrics = next(iter(GRPOTrainer(load_config(None, small)).train(1)))
     # loss metrics are documented once, without the train/ prefix the trainer logs them under
     missing = [k for k in metrics if k != "step" and not is_documented(k)

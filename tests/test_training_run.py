@@ -5,15 +5,12 @@ import subprocess
 import sys
 
 import pytest
+from tiny_config import TINY
 
 from rlnb.run.session import TrainingRun
 
 SMALL = [
-    "policy.tiny.hidden_size=32", "policy.tiny.num_hidden_layers=1",
-    "policy.max_total_sequence_length=20", "policy.generation.max_new_tokens=4",
-    "policy.train_micro_batch_size=8", "policy.train_global_batch_size=16",
-    "grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=4",
-    "grpo.val_period=2", "grpo.max_num_steps=4", "data.num_val=16",
+    *TINY, "grpo.val_period=2", "grpo.max_num_steps=4",
     "sft.max_steps=20", "sft.stop_at_accuracy=null", "checkpointing.save_period=2",
     "loss_fn.reference_policy_kl_penalty=0.05",
 ]

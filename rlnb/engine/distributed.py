@@ -47,40 +47,30 @@ class Distributed:
 
     def mean_dict(self, metrics: dict[str, float]) -> dict[str, float]:
         """Average a metrics dict over ranks (min/max keys by min/max)."""
-        if self.world_size == 1 or not metrics:
-            return metrics
-        keys = sorted(metrics)
-        values = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64)
-        gathered = self.accelerator.gather(values.to(self.accelerator.device)[None]).cpu()  # [W, K]
-        out = {}
-        for j, k in enumerate(keys):
-            col = gathered[:, j]
-            if "_min" in k:
-                out[k] = float(col.min())
-            elif "_max" in k:
-                out[k] = float(col.max())
-            else:
-                out[k] = float(col.mean())
-        return out
+        return self._reduce_dict(metrics, default="mean")
 
     def sum_loss_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         """Loss metrics are per-rank partial sums over global counts (spec §2): sum them over
         ranks; min/max by min/max; ``lr``, ``grad_norm`` and the global counts are already
-        the same on every rank."""
+        the same on every rank, so they are averaged."""
+        same = {"lr", "grad_norm", "global_valid_seqs", "global_valid_toks"}
+        return self._reduce_dict(metrics, default="sum", mean_keys=same)
+
+    def _reduce_dict(self, metrics, *, default: str, mean_keys=frozenset()) -> dict[str, float]:
+        """One gather of all values ``[W, K]``, then min / max / mean / sum per key."""
         if self.world_size == 1 or not metrics:
             return metrics
         keys = sorted(metrics)
         values = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64)
         gathered = self.accelerator.gather(values.to(self.accelerator.device)[None]).cpu()
-        same = {"lr", "grad_norm", "global_valid_seqs", "global_valid_toks"}
         out = {}
         for j, k in enumerate(keys):
-            col = gathered[:, j]
+            col = gathered[:, j]  # [W]
             if "_min" in k:
                 out[k] = float(col.min())
             elif "_max" in k:
                 out[k] = float(col.max())
-            elif k in same:
+            elif default == "mean" or k in mean_keys:
                 out[k] = float(col.mean())
             else:
                 out[k] = float(col.sum())

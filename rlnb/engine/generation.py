@@ -70,7 +70,10 @@ class GenerationBackend(ABC):
 def tokenize_prompts(tokenizer, prompts: list[str], max_length: int | None = None):
     """Left-padded ``(ids [B, P], mask [B, P])``; a BOS token is prepended when the tokenizer
     has one and does not add it itself. A prompt longer than ``max_length`` is an error."""
-    encoded = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    # one tokenizer call per distinct prompt (a GRPO batch repeats each prompt G times)
+    distinct = list(dict.fromkeys(prompts))
+    ids_of = dict(zip(distinct, tokenizer(distinct, add_special_tokens=False)["input_ids"]))
+    encoded = [list(ids_of[p]) for p in prompts]
     bos = tokenizer.bos_token_id
     if bos is not None:
         encoded = [[bos, *ids] for ids in encoded]
