@@ -53,9 +53,24 @@ def _train(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"rlnb train: {err}", file=sys.stderr)
         return 2
+    # only after success: a barrier with a failed rank would wait until the gloo timeout
+    _shut_down(accelerator)
     if run.dist.is_main:
         print(format_summary(summary))
     return 0
+
+
+def _shut_down(accelerator) -> None:
+    """Leave the process group together: a rank that exits while gloo's threads still run
+    aborts with 'terminate called without an active exception'."""
+    if accelerator is None:
+        return
+    import torch.distributed as dist
+
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def format_summary(s: dict) -> str:

@@ -116,6 +116,8 @@ def main(out: Path, steps: int) -> None:
     (out / f"rank{rank}.json").write_text(json.dumps(info, indent=1))
     accelerator.wait_for_everyone()
     accelerator.end_training()
+    if torch.distributed.is_initialized():  # leave together (see rlnb.cli._shut_down)
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
