@@ -160,7 +160,6 @@ class GRPOTrainer:
         self, rows: list[dict[str, Any]], generations: int, step: int
     ) -> RolloutBatch:
         """Sample ``generations`` responses per row, score them, compute log-probs."""
-        tok = self.policy.tokenizer
         rep_rows = [r for r in rows for _ in range(generations)]
         prompts = [self.format_prompt(r) for r in rep_rows]
         elapsed = _timer()
@@ -197,7 +196,6 @@ class GRPOTrainer:
             "train/mean_prompt_length": float(gens.prompt_mask.sum(1).float().mean()),
             "train/total_num_tokens": float(attention_mask.sum()),
         }
-        del tok
         return RolloutBatch(
             step=step,
             rows=rep_rows,
