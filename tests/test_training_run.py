@@ -45,6 +45,8 @@ def test_run_directory_holds_config_metrics_rollouts_and_checkpoints(tmp_path):
     assert ckpts == ["step_000002", "step_000004"]
     state = json.loads((d / "checkpoints" / "step_000004" / "trainer_state.json").read_text())
     assert state["current_step"] == 4 and state["data_position"]["consumed_prompts"] == 16
+    trained = sum(m["train/global_valid_toks"] for m in metrics if "train/global_valid_toks" in m)
+    assert state["total_valid_tokens"] == int(trained) > 0
 
 
 def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path):

@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from rlnb.algorithms.checks import check_same_rows, check_tensor
+from rlnb.algorithms.reduction import sum_partial_metrics
 
 
 def _as_cu(name: str, cu: torch.Tensor | Sequence[int]) -> torch.Tensor:
@@ -102,20 +103,6 @@ def pack_sequences(
     cu = torch.cat([zero, torch.tensor(lens, dtype=torch.int32).cumsum(0, dtype=torch.int32)])
     cu_pad = torch.cat([zero, torch.tensor(padded, dtype=torch.int32).cumsum(0, dtype=torch.int32)])
     return packed, cu, cu_pad
-
-
-def _reduce_metrics(per_call: list[dict[str, Any]]) -> dict[str, Any]:
-    """Sum each metric over calls; min/max (ignoring ±inf) for ``*_min`` / ``*_max`` keys."""
-    out: dict[str, Any] = {}
-    for key in dict.fromkeys(k for m in per_call for k in m):  # union of keys, first-seen order
-        vals = [m[key] for m in per_call if key in m]
-        if key.endswith(("_min", "_max")):
-            finite = [v for v in vals if not math.isinf(float(v))]
-            pick = min if key.endswith("_min") else max
-            out[key] = pick(finite) if finite else vals[0]
-        else:
-            out[key] = sum(vals)
-    return out
 
 
 class SequencePackingLossWrapper:
@@ -232,4 +219,4 @@ class SequencePackingLossWrapper:
             loss, metrics = self.loss_fn(logits, chunk, global_valid_seqs, global_valid_toks)
             total = loss if total is None else total + loss
             per_call.append(metrics)
-        return total, _reduce_metrics(per_call)
+        return total, sum_partial_metrics(per_call)

@@ -18,6 +18,9 @@ Implementation choices (spec §2, §5.7):
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import torch
 
 from rlnb.algorithms.masked import masked_mean
@@ -68,3 +71,19 @@ def reduce_loss(
     if token_level_loss:
         return token_level(per_token, token_mask * sample_mask.unsqueeze(-1), global_valid_toks)
     return sequence_level(per_token, token_mask, sample_mask, global_valid_seqs)
+
+
+def sum_partial_metrics(per_call: list[dict[str, Any]]) -> dict[str, Any]:
+    """Combine the metrics of the calls that make up one global batch (micro-batches, packed
+    sequences): each is a partial sum over global counts, so they add up; ``*_min`` / ``*_max``
+    keys take the min / max ignoring ±inf (spec §2)."""
+    out: dict[str, Any] = {}
+    for key in dict.fromkeys(k for m in per_call for k in m):  # union of keys, first-seen order
+        vals = [m[key] for m in per_call if key in m]
+        if key.endswith(("_min", "_max")):
+            finite = [v for v in vals if not math.isinf(float(v))]
+            pick = min if key.endswith("_min") else max
+            out[key] = pick(finite) if finite else vals[0]
+        else:
+            out[key] = sum(vals)
+    return out

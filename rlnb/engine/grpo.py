@@ -137,6 +137,7 @@ class GRPOTrainer:
         self.step_count = 0  # completed optimizer steps (GRPOSaveState.current_step)
         self.consumed_prompts = 0  # data position in the task's training stream
         self._stream: list[dict[str, Any]] = []
+        self.total_valid_tokens = 0  # GRPOSaveState.total_valid_tokens: tokens trained on
         self.last_validation: dict[str, float] = {}
 
     # ------------------------------------------------------------------ data
@@ -382,6 +383,7 @@ class GRPOTrainer:
         if not dry_run:
             self.generator.refresh_weights(self.policy.model)
             self.step_count += 1
+            self.total_valid_tokens += int(metrics.get("train/global_valid_toks", 0))
         return UpdateResult(self.step_count, dry_run, metrics)
 
     # ------------------------------------------------------------------ the loop
@@ -459,11 +461,12 @@ class GRPOTrainer:
             "total_steps": self.step_count,
             "consumed_samples": self.consumed_prompts * g.num_generations_per_prompt,
             "current_epoch": 0,
-            "total_valid_tokens": 0,
+            "total_valid_tokens": self.total_valid_tokens,
             "val_reward": self.last_validation.get("validation/accuracy"),
             "data_position": {"consumed_prompts": self.consumed_prompts},
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.step_count = state["current_step"]
+        self.total_valid_tokens = state["total_valid_tokens"]
         self.consumed_prompts = state["data_position"]["consumed_prompts"]

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from pydantic import Field
 
-from rlnb.algorithms.reduction import global_valid_counts
+from rlnb.algorithms.reduction import global_valid_counts, sum_partial_metrics
 from rlnb.config import Config
 from rlnb.engine.distributed import Distributed
 from rlnb.engine.generation import GenerationConfig
@@ -115,22 +115,6 @@ def load_model_and_tokenizer(cfg: PolicyConfig, seed: int = 0):
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """``[B, S]`` positions counting only attended tokens (left padding starts at 0)."""
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-
-
-def merge_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
-    """Combine micro-batch metrics of one global batch: sums, but min/max for *_min/*_max."""
-    out: dict[str, float] = {}
-    for part in parts:
-        for key, value in part.items():
-            if key not in out:
-                out[key] = value
-            elif "_min" in key:
-                out[key] = min(out[key], value)
-            elif "_max" in key:
-                out[key] = max(out[key], value)
-            else:
-                out[key] += value
-    return out
 
 
 class Policy:
@@ -265,7 +249,7 @@ class Policy:
                     # DDP averages gradients over ranks; the loss is already a global sum
                     (loss * self.dist.world_size).backward()
                 parts.append(metrics)
-            merged = merge_metrics(parts)
+            merged = sum_partial_metrics(parts)
             merged.update(
                 global_valid_seqs=float(n_seq),
                 global_valid_toks=float(n_tok),
