@@ -1,6 +1,32 @@
-"""rlnb.widgets: the Jupyter UI layer (live dashboard, stage stepper, rollout inspectors).
+"""rlnb.widgets: the Jupyter UI layer.
 
-Installed as ``rlnb.widgets`` (the build maps this folder there), so ``import rlnb`` never
-imports it and never needs Jupyter packages. The widgets themselves arrive with the notebook
-issue; this package already exists so that the import path is fixed and tested.
+    from rlnb.widgets import Dashboard, StageStepper, RolloutInspector, TokenView
+    from rlnb.widgets import EstimatorComparison, ConfigPanel, metric_card, show
+
+- ``Dashboard``: live reward / KL / entropy / clip fraction / length / timing plots, a Stop
+  button, and metric cards (formula, expected range, what to check) behind an info toggle.
+- ``StageStepper``: Rollout / Advantages / Update / Step / Run N / Stop buttons.
+- ``RolloutInspector`` and ``TokenView``: one group side by side; tokens coloured by advantage,
+  ratio, KL, entropy or the generation-vs-training log-prob gap.
+- ``EstimatorComparison``: one frozen batch through every estimator and loss setting.
+- ``ConfigPanel``: edit hyperparameters between steps.
+- ``show(fig)``: a plotly figure that also renders in saved notebooks and HTML exports.
+
+Every widget displays with a static HTML twin, so executed notebooks still show results without
+a live kernel (see ``static.py``). Installed as ``rlnb.widgets`` (the build maps this folder
+there), so ``import rlnb`` never imports it and never needs Jupyter packages.
 """
+
+from rlnb.widgets.cards import MetricCard, metric_card
+from rlnb.widgets.comparison import EstimatorComparison
+from rlnb.widgets.config_panel import ConfigPanel
+from rlnb.widgets.dashboard import DEFAULT_PANELS, Dashboard, Panel
+from rlnb.widgets.inspector import RolloutInspector, TokenView
+from rlnb.widgets.static import ensure_plotlyjs, figure_bundle, figure_html, show, table_html
+from rlnb.widgets.stepper import StageStepper
+
+__all__ = [
+    "DEFAULT_PANELS", "ConfigPanel", "Dashboard", "EstimatorComparison", "MetricCard", "Panel",
+    "RolloutInspector", "StageStepper", "TokenView", "ensure_plotlyjs", "figure_bundle",
+    "figure_html", "metric_card", "show", "table_html",
+]

@@ -396,6 +396,8 @@ def _clipped_pg_core(
         if is_oob is not None:
             ordered["is_oob_ratio"] = is_oob
         ordered["positive_nll_loss"] = nll.detach()
+        # rlnb extra (not a NeMo-RL key): share of valid tokens whose ratio the clip moved
+        ordered["clip_fraction"] = masked_mean((ratio_d != clamped_d).float(), M, None, n_tok)
         ordered["invalid_mask_entries"] = stats["invalid_mask_entries"]  # not a metric
         values = torch.stack([v.float().reshape(()) for v in ordered.values()])
     return loss, values
@@ -411,7 +413,7 @@ METRIC_KEYS = (
     "loss", "probs_ratio", "probs_ratio_clamped", "probs_ratio_min", "probs_ratio_max",
     "probs_ratio_clamped_min", "probs_ratio_clamped_max", "kl_penalty", "token_mult_prob_error",
     "gen_kl_error", "policy_kl_error", "js_divergence_error", "sampling_importance_ratio",
-    "num_valid_samples", "approx_entropy", "is_oob_ratio", "positive_nll_loss",
+    "num_valid_samples", "approx_entropy", "is_oob_ratio", "positive_nll_loss", "clip_fraction",
 )
 
 

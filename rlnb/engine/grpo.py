@@ -230,9 +230,10 @@ class GRPOTrainer:
         else:
             batch = self._dynamic_sampling_rollout(rows)
         batch.metrics["timing/train/rollout"] = elapsed()
-        batch.metrics["train/reward"] = float(
-            self.dist.mean_dict({"r": float(batch.rewards.mean())})["r"]
-        )
+        r = batch.rewards.double()
+        moments = self.dist.mean_dict({"r": float(r.mean()), "r2": float((r * r).mean())})
+        batch.metrics["train/reward"] = moments["r"]
+        batch.metrics["train/reward_std"] = math.sqrt(max(moments["r2"] - moments["r"] ** 2, 0.0))
         return batch
 
     def _shaped(self, rewards, components, truncated, lengths):
@@ -452,6 +453,77 @@ class GRPOTrainer:
         if self.run is not None and self.dist.is_main:
             self.run.log_step(self, metrics)
 
+    def record_step(
+        self, rollout: RolloutBatch, advantages: AdvantageBatch, result: UpdateResult,
+        seconds: float | None = None,
+    ) -> dict[str, float]:
+        """Metrics of a step run stage by stage (a notebook calling the three stages itself),
+        logged to the run like a ``train`` step; returns them."""
+        if result.dry_run:
+            raise ValueError("record_step: a dry-run UpdateResult is not a step (no weights moved)")
+        metrics = {**rollout.metrics, **advantages.metrics, **result.metrics}
+        if seconds is not None:
+            metrics["timing/train/total_step_time"] = seconds
+        self.last_batches = (rollout, advantages, result)
+        metrics = {"step": self.step_count, **metrics}
+        self._record(metrics)
+        return metrics
+
+    # ------------------------------------------------------------------ hyperparameters
+    RECONFIGURABLE = (
+        "loss_fn.", "grpo.adv_estimator.", "grpo.normalize_rewards",
+        "grpo.use_leave_one_out_baseline", "grpo.advantage_clip_low", "grpo.advantage_clip_high",
+        "grpo.overlong_filtering", "grpo.val_period", "grpo.max_val_samples",
+        "policy.optimizer.lr", "policy.max_grad_norm", "policy.generation.temperature",
+        "policy.generation.top_p", "policy.generation.top_k",
+    )
+
+    def reconfigure(self, overrides: dict[str, Any] | list[str]) -> dict[str, tuple[Any, Any]]:
+        """Change hyperparameters between steps: ``{"loss_fn.ratio_clip_max": 0.28}``.
+
+        Validated like a config file (unknown keys fail with the closest name); only keys that
+        can change mid-run are accepted (``RECONFIGURABLE``). Returns ``{key: (old, new)}``.
+        """
+        from rlnb.run.config import load_config
+
+        items = (
+            [f"{k}={v}" for k, v in overrides.items()] if isinstance(overrides, dict)
+            else list(overrides)
+        )
+        for item in items:
+            key = item.split("=", 1)[0]
+            if not any(key == p or (p.endswith(".") and key.startswith(p))
+                       for p in self.RECONFIGURABLE):
+                raise ValueError(
+                    f"reconfigure: '{key}' cannot change between steps (it changes shapes, the "
+                    f"model or the data); these can: {', '.join(self.RECONFIGURABLE)}"
+                )
+        new = load_config(self.config.model_dump(mode="json"), items)
+        need_ref = new.loss_fn.reference_policy_kl_penalty > 0 and not (
+            new.grpo.skip_reference_policy_logprobs_calculation
+        )
+        if need_ref and self.policy.reference_model is None:
+            raise ValueError(
+                "reconfigure: loss_fn.reference_policy_kl_penalty > 0 needs a reference model, "
+                "and this trainer was built without one; rebuild it with a KL penalty > 0"
+            )
+        old_flat, new_flat = _flat(self.config.model_dump()), _flat(new.model_dump())
+        changed = {k: (old_flat.get(k), v) for k, v in new_flat.items() if old_flat.get(k) != v}
+        self.config = new
+        self.need_reference = need_ref
+        self.loss_fn = ClippedPGLossFn(new.loss_fn)
+        self.policy.config = new.policy
+        self.generator.config = new.policy.generation
+        lr = new.policy.optimizer.lr
+        for group in self.policy.optimizer.param_groups:
+            group["initial_lr"] = lr
+        if hasattr(self.policy.scheduler, "base_lrs"):  # warm-up multiplies these
+            scale = [lr / b if b else 1.0 for b in self.policy.scheduler.base_lrs]
+            self.policy.scheduler.base_lrs = [lr] * len(self.policy.scheduler.base_lrs)
+            for group, s in zip(self.policy.optimizer.param_groups, scale):
+                group["lr"] *= s
+        return changed
+
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         """The GRPOSaveState fields plus the data position (for checkpoints)."""
@@ -470,3 +542,13 @@ class GRPOTrainer:
         self.step_count = state["current_step"]
         self.total_valid_tokens = state["total_valid_tokens"]
         self.consumed_prompts = state["data_position"]["consumed_prompts"]
+
+
+def _flat(cfg: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

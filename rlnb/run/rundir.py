@@ -245,21 +245,7 @@ class RunDir:
 
     def read_metrics(self) -> list[dict[str, Any]]:
         """Every logged record in file order; a trailing partial line (a crash) is dropped."""
-        if not self.metrics_path.is_file():
-            return []
-        data = self.metrics_path.read_bytes()
-        # every write ends in "\n", so bytes after the last newline were cut mid-write: drop them
-        # (before decoding: the cut may split a multi-byte character)
-        complete = data[: data.rfind(b"\n") + 1].decode("utf-8").split("\n")
-        records = []
-        for i, line in enumerate(complete, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{self.metrics_path}:{i} is not valid JSON ({err})") from None
-        return records
+        return read_metrics_file(self.metrics_path)
 
     def truncate_metrics(self, after_step: int) -> None:
         """Keep only records with ``step <= after_step`` (call on resume from that checkpoint,
@@ -305,3 +291,24 @@ class RunDir:
             raise FileNotFoundError(f"no rollouts for step {step} at {path}; "
                                     f"steps with rollouts: {self.rollout_steps()}")
         return pd.read_parquet(path)
+
+
+def read_metrics_file(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` in file order, without opening the run for writing;
+    a trailing partial line (a crash mid-write) is dropped. A missing file reads as []."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    # every write ends in "\n", so bytes after the last newline were cut mid-write: drop them
+    # (before decoding: the cut may split a multi-byte character)
+    complete = data[: data.rfind(b"\n") + 1].decode("utf-8").split("\n")
+    records = []
+    for i, line in enumerate(complete, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{i} is not valid JSON ({err})") from None
+    return records

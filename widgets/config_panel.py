@@ -1,0 +1,90 @@
+"""Config panel: edit the main hyperparameters between steps.
+
+    ConfigPanel(trainer).display()     # edit, then Apply; the next step uses the new values
+
+Apply goes through ``GRPOTrainer.reconfigure``, which validates the values like a config file
+and refuses keys that cannot change mid-run (shapes, the model, the data). The panel shows what
+changed, or the error, and keeps the trainer's previous values on an error.
+"""
+
+from __future__ import annotations
+
+import html
+
+from rlnb.widgets.static import LiveAndStatic, table_html
+
+# dotted key -> (label, widget kind, options)
+FIELDS = {
+    "policy.optimizer.lr": ("learning rate", "float", None),
+    "loss_fn.ratio_clip_min": ("clip ε low", "float", None),
+    "loss_fn.ratio_clip_max": ("clip ε high", "float", None),
+    "loss_fn.reference_policy_kl_penalty": ("KL β", "float", None),
+    "loss_fn.reference_policy_kl_type": ("KL estimator", "choice", ("k1", "k2", "k3")),
+    "policy.generation.temperature": ("temperature", "float", None),
+    "grpo.adv_estimator.name": ("estimator", "choice", ("grpo", "reinforce_plus_plus", "gdpo")),
+    "grpo.normalize_rewards": ("÷ group std", "bool", None),
+    "grpo.use_leave_one_out_baseline": ("leave-one-out", "bool", None),
+}
+
+
+def get_dotted(config, key: str):
+    value = config
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+class ConfigPanel(LiveAndStatic):
+    def __init__(self, trainer, fields: dict = FIELDS):
+        import ipywidgets as w
+
+        self.trainer = trainer
+        self.controls = {}
+        for key, (label, kind, options) in fields.items():
+            value = get_dotted(trainer.config, key)
+            style = {"description_width": "110px"}
+            if kind == "float":
+                ctrl = w.FloatText(value=value, description=label, style=style,
+                                   layout=w.Layout(width="230px"))
+            elif kind == "bool":
+                ctrl = w.Checkbox(value=value, description=label, style=style)
+            else:
+                ctrl = w.Dropdown(options=list(options), value=value, description=label,
+                                  style=style, layout=w.Layout(width="260px"))
+            ctrl.tooltip = key
+            self.controls[key] = ctrl
+        self.apply_button = w.Button(description="Apply", button_style="success",
+                                     tooltip="the next step uses these values")
+        self.reset_button = w.Button(description="Reset", tooltip="show the trainer's values")
+        self.apply_button.on_click(lambda _: self.apply())
+        self.reset_button.on_click(lambda _: self.reset())
+        self.message = w.HTML()
+        ctrls = list(self.controls.values())
+        self.widget = w.VBox([w.HBox(ctrls[i:i + 3]) for i in range(0, len(ctrls), 3)]
+                             + [w.HBox([self.apply_button, self.reset_button]), self.message])
+
+    def pending(self) -> dict:
+        """Controls whose value differs from the trainer's config."""
+        return {k: c.value for k, c in self.controls.items()
+                if c.value != get_dotted(self.trainer.config, k)}
+
+    def apply(self) -> dict:
+        """Send the edited values to the trainer; returns ``{key: (old, new)}``."""
+        try:
+            changed = self.trainer.reconfigure(self.pending())
+        except ValueError as err:
+            self.message.value = f"<pre style='color:#b00'>{html.escape(str(err))}</pre>"
+            self.reset()
+            return {}
+        rows = [{"key": k, "old": o, "new": n} for k, (o, n) in changed.items()]
+        self.message.value = (f"<i>applied from step {self.trainer.step_count + 1}:</i>"
+                              + table_html(rows) if rows else "<i>nothing changed</i>")
+        return changed
+
+    def reset(self) -> None:
+        for key, ctrl in self.controls.items():
+            ctrl.value = get_dotted(self.trainer.config, key)
+
+    def static_html(self) -> str:
+        rows = [{"key": k, "value": get_dotted(self.trainer.config, k)} for k in self.controls]
+        return table_html(rows) + self.message.value

@@ -1,0 +1,284 @@
+"""The live training dashboard: reward, KL, entropy, clipping, length and stage timings.
+
+    dash = Dashboard(trainer)
+    dash.display()          # live plots + Stop button + metric cards (info toggle)
+    dash.run(200)           # trains in a background thread; the kernel stays free
+    dash.wait()             # block until it ends (a headless run blocks in run() already)
+
+It only reads: metrics dicts from ``trainer.train`` (or ``update(metrics)`` from any loop), so
+the trainer never knows a dashboard exists (the UI hangs off the loop).
+
+Implementation choices:
+1) Columns are kept per metric key and appended to, so taking in a step costs one append per key
+   and one figure update, whatever the history (see benchmarks/bench_widgets.py).
+2) ``run`` trains in a thread when the kernel has an interactive front end, so the Stop button's
+   click reaches Python; the loop checks the stop flag between steps, so a stop always ends
+   after a complete step (weights, optimizer and run directory stay consistent). Headless
+   (``RLNB_HEADLESS=1``, set by ``rlnb run``/``sweep``/``launch``, or no IPython kernel) it runs in
+   the calling thread: papermill then waits for training like for any cell.
+3) The static twin (``static_html``) is a plotly figure plus a table of the last values; it is
+   refreshed in the saved output when a run ends.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlnb.widgets.cards import metric_card
+from rlnb.widgets.static import LiveAndStatic, figure_html, table_html
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One subplot: a title and the metric keys drawn in it (``band`` = a ± spread key)."""
+
+    title: str
+    keys: tuple[str, ...]
+    band: str | None = None
+    markers: str | None = None  # a sparse key drawn as markers (e.g. validation accuracy)
+
+
+DEFAULT_PANELS = (
+    Panel("reward (mean ± std)", ("train/reward",), band="train/reward_std",
+          markers="validation/accuracy"),
+    Panel("KL penalty", ("train/kl_penalty",)),
+    Panel("entropy (nats/token)", ("train/approx_entropy",)),
+    Panel("clip fraction", ("train/clip_fraction",)),
+    Panel("response length (tokens)", ("train/mean_gen_tokens_per_sample",)),
+    Panel("stage timings (s)", (
+        "timing/train/generation", "timing/train/policy_and_reference_logprobs",
+        "timing/train/advantage_calculation", "timing/train/policy_training",
+    )),
+)
+
+_TIMING_NAMES = {
+    "timing/train/generation": "generation",
+    "timing/train/policy_and_reference_logprobs": "logprobs",
+    "timing/train/advantage_calculation": "advantages",
+    "timing/train/policy_training": "update",
+}
+
+
+def is_headless() -> bool:
+    """True when no interactive front end can click a button (papermill via rlnb, scripts)."""
+    if os.environ.get("RLNB_HEADLESS", "") not in ("", "0"):
+        return True
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return True
+    shell = get_ipython()
+    return shell is None or not hasattr(shell, "kernel")
+
+
+def build_figure(panels: tuple[Panel, ...], cols: int = 3):
+    """An empty ``FigureWidget`` with one subplot per panel; returns (fig, trace index map)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    rows = math.ceil(len(panels) / cols)
+    base = make_subplots(rows=rows, cols=cols, subplot_titles=[p.title for p in panels],
+                         horizontal_spacing=0.07, vertical_spacing=0.16)
+    fig = go.FigureWidget(base)
+    index: dict[tuple[str, str], int] = {}  # (key, role) -> trace number
+    for i, panel in enumerate(panels):
+        row, col = i // cols + 1, i % cols + 1
+        for key in panel.keys:  # the main lines first: data[0] is the first panel's mean
+            name = _TIMING_NAMES.get(key, key.removeprefix("train/"))
+            index[(key, "line")] = len(fig.data)
+            fig.add_scatter(x=[], y=[], mode="lines", name=name, row=row, col=col,
+                            showlegend=len(panel.keys) > 1, legendgroup=panel.title)
+        if panel.band:
+            main = panel.keys[0]
+            for role in ("lower", "upper"):
+                index[(main, role)] = len(fig.data)
+                fig.add_scatter(x=[], y=[], mode="lines", line={"width": 0}, showlegend=False,
+                                fill="tonexty" if role == "upper" else None,
+                                fillcolor="rgba(99,110,250,0.2)", hoverinfo="skip",
+                                row=row, col=col)
+        if panel.markers:
+            index[(panel.markers, "markers")] = len(fig.data)
+            fig.add_scatter(x=[], y=[], mode="markers", name="held-out accuracy",
+                            marker={"symbol": "diamond", "size": 8}, row=row, col=col)
+    fig.update_layout(height=300 * rows, margin={"l": 40, "r": 10, "t": 40, "b": 30},
+                      legend={"orientation": "h", "y": -0.08}, template="plotly_white")
+    return fig, index
+
+
+class Dashboard(LiveAndStatic):
+    """Live plots of a training run; ``update(metrics)`` takes one step's metrics dict."""
+
+    def __init__(self, trainer=None, *, panels: tuple[Panel, ...] = DEFAULT_PANELS,
+                 history: Iterable[dict[str, Any]] = ()):
+        import ipywidgets as w
+
+        self.trainer = trainer
+        self.panels = panels
+        self.fig, self._index = build_figure(panels)
+        self.columns: dict[str, tuple[list[float], list[float]]] = {}  # key -> (steps, values)
+        self.history: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.stop_button = w.Button(description="Stop", icon="stop", button_style="danger",
+                                    disabled=True, tooltip="end training after the current step")
+        self.stop_button.on_click(lambda _: self.stop())
+        self.info = w.ToggleButton(description="metric cards", icon="info", value=False,
+                                   tooltip="formula, expected range and what to check")
+        self.cards = w.HTML(self.cards_html(), layout=w.Layout(display="none"))
+        self.info.observe(self._toggle_cards, names="value")
+        self.status = w.HTML(self._status_text("ready"))
+        self.widget = w.VBox([w.HBox([self.status, self.stop_button, self.info]),
+                              self.fig, self.cards])
+        for metrics in history:
+            self.update(metrics, redraw=False)
+        self.redraw()
+
+    # ------------------------------------------------------------------ data in
+    def update(self, metrics: dict[str, Any], *, redraw: bool = True) -> None:
+        """Take in one step's metrics (``step`` key, else the next index)."""
+        step = metrics.get("step", len(self.history) + 1)
+        self.history.append(dict(metrics))
+        for key, value in metrics.items():
+            if key == "step" or not isinstance(value, (int, float)) or value is None:
+                continue
+            xs, ys = self.columns.setdefault(key, ([], []))
+            xs.append(step)
+            ys.append(float(value))
+        if redraw:
+            self.redraw()
+            self.status.value = self._status_text(f"step {step}")
+
+    def redraw(self) -> None:
+        """Push the columns into the figure (one batched message)."""
+        empty: tuple[list[float], list[float]] = ([], [])
+        with self.fig.batch_update():
+            for (key, role), i in self._index.items():
+                xs, ys = self.columns.get(key, empty)
+                trace = self.fig.data[i]
+                if role in ("line", "markers"):
+                    trace.x, trace.y = xs, ys
+                else:  # band: mean ± spread, on the steps where both exist
+                    sx, sy = self.columns.get(self._band_key(key), empty)
+                    spread = dict(zip(sx, sy))
+                    sign = -1.0 if role == "lower" else 1.0
+                    pts = [(x, y + sign * spread[x]) for x, y in zip(xs, ys) if x in spread]
+                    trace.x = [p[0] for p in pts]
+                    trace.y = [p[1] for p in pts]
+
+    def _band_key(self, key: str) -> str:
+        return next(p.band for p in self.panels if p.band and p.keys[0] == key)
+
+    @classmethod
+    def from_run_dir(cls, path: str | Path, **kwargs) -> Dashboard:
+        """Replay a saved run's ``metrics.jsonl`` (no trainer needed)."""
+        from rlnb.run.rundir import RunDir, read_metrics_file
+
+        records = read_metrics_file(Path(path) / RunDir.METRICS)
+        return cls(history=records, **kwargs)
+
+    # ------------------------------------------------------------------ training
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def run(self, num_steps: int, *, background: bool | None = None) -> None:
+        """Train ``num_steps`` steps with ``trainer.train``, plotting each step as it ends."""
+        if self.trainer is None:
+            raise ValueError("Dashboard.run needs a trainer: Dashboard(trainer)")
+        if self.running:
+            raise RuntimeError("training is already running; click Stop or call wait()")
+        background = (not is_headless()) if background is None else background
+        self._stop.clear()
+        self.error = None
+        self.stop_button.disabled = False
+        if background:
+            self._thread = threading.Thread(target=self._loop, args=(num_steps,), daemon=True)
+            self._thread.start()
+        else:
+            self._loop(num_steps)
+            if self.error is not None:
+                raise self.error
+
+    def _loop(self, num_steps: int) -> None:
+        start, done = time.perf_counter(), 0
+        steps = self.trainer.train(num_steps)
+        try:
+            for metrics in steps:
+                done += 1
+                self.update(metrics)
+                if self._stop.is_set():
+                    break
+        except BaseException as err:  # shown in the status line; re-raised by run/wait
+            self.error = err
+        finally:
+            steps.close()
+            self.stop_button.disabled = True
+            how = "stopped" if self._stop.is_set() else "failed" if self.error else "done"
+            self.status.value = self._status_text(
+                f"{how}: {done} steps in {time.perf_counter() - start:.1f} s"
+                + (f" — {type(self.error).__name__}: {self.error}" if self.error else "")
+            )
+            self.refresh_static()
+
+    def stop(self) -> None:
+        """End training after the step in progress."""
+        self._stop.set()
+        self.stop_button.disabled = True
+        self.status.value = self._status_text("stopping after this step…")
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until background training ends; re-raises its error."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self.error is not None:
+            raise self.error
+
+    # ------------------------------------------------------------------ views
+    def _status_text(self, text: str) -> str:
+        return f"<span style='font-family:monospace;padding:0 1em'>{text}</span>"
+
+    def _toggle_cards(self, change) -> None:
+        self.cards.layout.display = "block" if change["new"] else "none"
+
+    def plotted_keys(self) -> list[str]:
+        keys = []
+        for p in self.panels:
+            keys += [*p.keys, *([p.band] if p.band else []), *([p.markers] if p.markers else [])]
+        return keys
+
+    def cards_html(self) -> str:
+        blocks = []
+        for key in self.plotted_keys():
+            try:
+                blocks.append(metric_card(key).html())
+            except KeyError as err:
+                blocks.append(f"<div class='rlnb-card'><code>{key}</code>: {err}</div>")
+        return "".join(blocks)
+
+    def static_figure(self):
+        """A plain ``go.Figure`` copy of the live figure (for HTML and saved notebooks)."""
+        import plotly.graph_objects as go
+
+        return go.Figure(self.fig.to_dict())
+
+    def last_values(self) -> list[dict[str, Any]]:
+        rows = []
+        for key in self.plotted_keys():
+            if key in self.columns and self.columns[key][1]:
+                xs, ys = self.columns[key]
+                rows.append({"metric": key, "step": xs[-1], "last": ys[-1],
+                             "min": min(ys), "max": max(ys)})
+        return rows
+
+    def static_html(self) -> str:
+        n = len(self.history)
+        return (f"<div><b>rlnb dashboard</b> — {n} steps (static snapshot)</div>"
+                + figure_html(self.static_figure()) + table_html(self.last_values()))

@@ -1,0 +1,152 @@
+"""Rollout inspector and token view: one prompt's group side by side, tokens coloured.
+
+    RolloutInspector(trainer, batch, advantages).display()
+    TokenView(trainer, batch, advantages, quantity="ratio").display()
+
+The inspector shows a group's responses with reward, sequence advantage, length and truncation,
+and flags groups whose rewards are all equal (zero std: GRPO gives them no learning signal).
+The token view colours every response token by one per-token quantity from
+``rlnb.engine.inspect.token_stats``: advantage, probability ratio, KL, entropy, or the
+generation-vs-training log-prob gap (diverging colours around the neutral value, hover for the
+number).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from rlnb.widgets.static import LiveAndStatic, table_html
+
+NEUTRAL = {"advantage": 0.0, "ratio": 1.0, "kl": 0.0, "entropy": 0.0, "logprob_gap": 0.0}
+
+
+def group_rows(batch, advantages, group: int) -> list[dict]:
+    """The rows of one group: index, response, reward, sequence advantage, length, truncated."""
+    seq = advantages.sequence_advantages() if advantages is not None else None
+    rows = []
+    for i in (batch.group == group).nonzero().flatten().tolist():
+        rows.append({
+            "row": i, "response": batch.responses[i], "reward": float(batch.rewards[i]),
+            "advantage": float(seq[i]) if seq is not None else None,
+            "length": int(batch.response_lengths[i]), "truncated": bool(batch.truncated[i]),
+            "kept": bool(advantages.sample_mask[i] > 0) if advantages is not None else True,
+        })
+    return rows
+
+
+def group_label(batch, group: int, zero_signal: set[int]) -> str:
+    rows = (batch.group == group).nonzero().flatten().tolist()
+    prompt = batch.prompts[rows[0]].replace("\n", " ")
+    flag = "  ⚠ no signal (all rewards equal)" if group in zero_signal else ""
+    return f"group {group}: {prompt[:48]!r}{flag}"
+
+
+def colour(value: float, neutral: float, scale: float) -> str:
+    """Blue below ``neutral``, red above; alpha grows with |value - neutral| / scale."""
+    if not math.isfinite(value):
+        return "rgba(0,0,0,0.35)"
+    x = max(-1.0, min(1.0, (value - neutral) / scale)) if scale > 0 else 0.0
+    rgb = "214,39,40" if x > 0 else "31,119,180"
+    return f"rgba({rgb},{abs(x) * 0.85:.3f})"
+
+
+def token_html(tokenizer, batch, stats, quantity: str, rows: list[int]) -> str:
+    """HTML: one line per row, each response token a coloured span (title = its value)."""
+    values = stats[quantity]
+    mask = batch.token_mask
+    neutral = NEUTRAL.get(quantity, 0.0)
+    picked = values[rows][mask[rows] > 0]
+    scale = float((picked - neutral).abs().max()) if picked.numel() else 1.0
+    lines = []
+    for r in rows:
+        cols = (mask[r] > 0).nonzero().flatten().tolist()
+        spans = []
+        for t in cols:
+            tok = tokenizer.decode([int(batch.input_ids[r, t])]) if tokenizer else str(
+                int(batch.input_ids[r, t]))
+            v = float(values[r, t])
+            spans.append(
+                f"<span title='{quantity} = {v:.4g}' style='background:"
+                f"{colour(v, neutral, scale)};padding:1px 2px;margin:0 1px;border-radius:2px'>"
+                f"{html.escape(tok) or '∅'}</span>"
+            )
+        lines.append(f"<div style='font-family:monospace;margin:2px 0'><b>[{r}]</b> "
+                     f"reward {float(batch.rewards[r]):.2f} │ {''.join(spans)}</div>")
+    legend = (f"<div style='font-size:90%'>colour: <b>{quantity}</b>, neutral {neutral:g} "
+              f"(blue below, red above), full colour at ±{scale:.3g}</div>")
+    return legend + "".join(lines)
+
+
+class TokenView(LiveAndStatic):
+    """Response tokens coloured by a per-token quantity, for one group of a frozen batch."""
+
+    def __init__(self, trainer, batch, advantages=None, *, quantity: str = "advantage",
+                 group: int = 0, kl_type: str = "k3"):
+        import ipywidgets as w
+
+        from rlnb.engine.inspect import QUANTITIES, token_stats
+
+        self.trainer, self.batch, self.advantages = trainer, batch, advantages
+        self.stats = token_stats(trainer.policy, batch, advantages, kl_type=kl_type)
+        groups = sorted(set(batch.group.tolist()))
+        zero = set(batch.zero_signal_groups())
+        self.group = w.Dropdown(options=[(group_label(batch, g, zero), g) for g in groups],
+                                value=group, description="group")
+        self.quantity = w.ToggleButtons(options=list(QUANTITIES), value=quantity,
+                                        description="colour by")
+        self.view = w.HTML()
+        self.group.observe(lambda _: self.render(), names="value")
+        self.quantity.observe(lambda _: self.render(), names="value")
+        self.widget = w.VBox([w.HBox([self.group]), self.quantity, self.view])
+        self.render()
+
+    def render(self) -> None:
+        rows = (self.batch.group == self.group.value).nonzero().flatten().tolist()
+        note = ""
+        if self.quantity.value == "kl":
+            note = (f"<div style='font-size:90%'>KL of the current policy against the "
+                    f"{self.stats['kl_against']}</div>")
+        self.view.value = note + token_html(self.trainer.policy.tokenizer, self.batch,
+                                            self.stats, self.quantity.value, rows)
+
+    def static_html(self) -> str:
+        return self.view.value
+
+
+class RolloutInspector(LiveAndStatic):
+    """One prompt's group of responses side by side; zero-signal groups flagged."""
+
+    def __init__(self, trainer, batch, advantages=None, *, group: int | None = None):
+        import ipywidgets as w
+
+        self.trainer, self.batch, self.advantages = trainer, batch, advantages
+        self.zero_signal = set(batch.zero_signal_groups())
+        groups = sorted(set(batch.group.tolist()))
+        if group is None:  # open on a group that carries signal, if there is one
+            group = next((g for g in groups if g not in self.zero_signal), groups[0])
+        self.group = w.Dropdown(
+            options=[(group_label(batch, g, self.zero_signal), g) for g in groups],
+            value=group, description="group", layout=w.Layout(width="60%"))
+        self.header = w.HTML()
+        self.table = w.HTML()
+        self.group.observe(lambda _: self.render(), names="value")
+        self.widget = w.VBox([self.group, self.header, self.table])
+        self.render()
+
+    def render(self) -> None:
+        g = self.group.value
+        rows = group_rows(self.batch, self.advantages, g)
+        first = rows[0]["row"]
+        n_groups = len(set(self.batch.group.tolist()))
+        flag = ("<span style='color:#b00'>⚠ all rewards equal: zero std, no learning signal "
+                "for GRPO</span>" if g in self.zero_signal else "")
+        self.header.value = (
+            f"<div><b>prompt</b> <code>{html.escape(self.batch.prompts[first])}</code> "
+            f"— answer <code>{html.escape(str(self.batch.rows[first].get('answer')))}</code> "
+            f"{flag}<br><i>{len(self.zero_signal)}/{n_groups} groups without signal in this "
+            f"batch</i></div>")
+        self.table.value = table_html(rows)
+
+    def static_html(self) -> str:
+        return self.header.value + self.table.value

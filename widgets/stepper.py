@@ -1,0 +1,144 @@
+"""The stage stepper: buttons that run one GRPO stage at a time and show each result.
+
+    stepper = StageStepper(trainer, dashboard=dash)
+    stepper.display()      # Rollout | Advantages | Update | Step | Run N | Stop
+
+Rollout -> Advantages -> Update is one step taken by hand (the stepper then logs it like a
+``train`` step and feeds the dashboard); Step runs the three at once; Run N trains N steps
+through the dashboard (in the background, so Stop works). The next stage's button is
+highlighted. The last results stay on the object (``stepper.rollout``, ``.advantages``,
+``.result``) for the cells below.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+
+from rlnb.widgets.static import LiveAndStatic
+
+STAGES = ("Rollout", "Advantages", "Update")
+
+
+class StageStepper(LiveAndStatic):
+    def __init__(self, trainer, dashboard=None, *, run_steps: int = 10):
+        import ipywidgets as w
+        from rlnb.widgets.dashboard import Dashboard
+
+        self.trainer = trainer
+        self.dashboard = dashboard if dashboard is not None else Dashboard(trainer)
+        self.rollout = self.advantages = self.result = None
+        self._started: float | None = None
+        self.next_stage = "Rollout"
+        self.buttons = {
+            name: w.Button(description=name, tooltip=tip)
+            for name, tip in (
+                ("Rollout", "stage 1: sample P prompts x G responses and score them"),
+                ("Advantages", "stage 2: rewards -> per-token advantages (no side effects)"),
+                ("Update", "stage 3: loss and one optimizer step"),
+                ("Step", "all three stages"),
+                ("Run N", "train N steps (plots update live; Stop ends it)"),
+                ("Stop", "end Run N after the current step"),
+            )
+        }
+        self.run_steps = w.BoundedIntText(value=run_steps, min=1, max=100_000, description="N",
+                                          layout=w.Layout(width="130px"))
+        for name, button in self.buttons.items():
+            button.on_click(lambda _, name=name: self.press(name))
+        self.label = w.HTML()
+        self.view = w.HTML()
+        self.widget = w.VBox([
+            w.HBox([*(self.buttons[s] for s in (*STAGES, "Step")), self.run_steps,
+                    self.buttons["Run N"], self.buttons["Stop"]]),
+            self.label, self.view,
+        ])
+        self.dashboard.stop_button.observe(self._sync_running, names="disabled")
+        self._refresh()
+
+    # ------------------------------------------------------------------ actions
+    def press(self, name: str) -> None:
+        """What a click on button ``name`` does (tests and scripts can call it directly)."""
+        try:
+            {"Rollout": self.do_rollout, "Advantages": self.do_advantages,
+             "Update": self.do_update, "Step": self.do_step, "Run N": self.do_run,
+             "Stop": self.dashboard.stop}[name]()
+        except Exception as err:  # shown in the widget; the notebook keeps running
+            self._show(f"<pre style='color:#b00'>{html.escape(type(err).__name__)}: "
+                       f"{html.escape(str(err))}</pre>")
+        self._refresh()
+
+    def do_rollout(self):
+        self._check_idle()
+        self._started = time.perf_counter()
+        self.rollout = self.trainer.rollout()
+        self.advantages = self.result = None
+        self.next_stage = "Advantages"
+        frame = self.rollout.to_frame()
+        self._show(_pre(self.rollout.summary()) + frame.head(32).to_html(max_rows=32))
+        return self.rollout
+
+    def do_advantages(self):
+        self._check_idle()
+        if self.rollout is None:
+            raise ValueError("run Rollout first: there is no batch to compute advantages on")
+        self.advantages = self.trainer.compute_advantages(self.rollout)
+        self.next_stage = "Update"
+        frame = self.advantages.to_frame()
+        self._show(_pre(self.advantages.summary()) + frame.head(32).to_html(max_rows=32))
+        return self.advantages
+
+    def do_update(self):
+        self._check_idle()
+        if self.advantages is None:
+            raise ValueError("run Advantages first: Update trains on an AdvantageBatch")
+        self.result = self.trainer.update(self.advantages)
+        seconds = time.perf_counter() - self._started if self._started else None
+        metrics = self.trainer.record_step(self.rollout, self.advantages, self.result, seconds)
+        self.dashboard.update(metrics)
+        self.next_stage = "Rollout"
+        self._show(_pre(self.result.summary()))
+        return self.result
+
+    def do_step(self):
+        self._check_idle()
+        for metrics in self.trainer.train(1):
+            self.dashboard.update(metrics)
+        self.rollout, self.advantages, self.result = self.trainer.last_batches
+        self.next_stage = "Rollout"
+        self._show(_pre(f"step {self.trainer.step_count}\n{self.result.summary()}"))
+        return metrics
+
+    def do_run(self):
+        self._check_idle()
+        self.dashboard.run(int(self.run_steps.value))
+        self._show(_pre(f"running {self.run_steps.value} steps (see the dashboard)"
+                        if self.dashboard.running else
+                        f"ran to step {self.trainer.step_count}"))
+
+    # ------------------------------------------------------------------ views
+    def _check_idle(self):
+        if self.dashboard.running:
+            raise RuntimeError("training is running (Run N); click Stop first")
+
+    def _sync_running(self, change=None):
+        self._refresh()
+
+    def _refresh(self):
+        running = self.dashboard.running
+        for name, button in self.buttons.items():
+            button.disabled = running if name != "Stop" else not running
+            button.button_style = "primary" if name == self.next_stage and not running else ""
+        self.label.value = (
+            f"<i>step {self.trainer.step_count} done — next stage: <b>{self.next_stage}</b></i>"
+            if not running else "<i>training… (Stop ends it after the current step)</i>"
+        )
+
+    def _show(self, html_text: str):
+        self.view.value = html_text
+
+    def static_html(self) -> str:
+        return self.label.value + self.view.value
+
+
+def _pre(text: str) -> str:
+    return f"<pre>{html.escape(text)}</pre>"
