@@ -107,7 +107,8 @@ def build_figure(panels: tuple[Panel, ...], cols: int = 3):
             index[(panel.markers, "markers")] = len(fig.data)
             fig.add_scatter(x=[], y=[], mode="markers", name="held-out accuracy",
                             marker={"symbol": "diamond", "size": 8}, row=row, col=col)
-    fig.update_layout(height=300 * rows, margin={"l": 40, "r": 10, "t": 40, "b": 30},
+    fig.update_layout(meta="rlnb-dashboard", height=300 * rows,
+                      margin={"l": 40, "r": 10, "t": 40, "b": 30},
                       legend={"orientation": "h", "y": -0.08}, template="plotly_white")
     return fig, index
 
