@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rlnb.widgets.cards import metric_card
 from rlnb.widgets.static import LiveAndStatic, figure_html, table_html
 
@@ -164,15 +166,15 @@ class Dashboard(LiveAndStatic):
             for (key, role), i in self._index.items():
                 xs, ys = self.columns.get(key, empty)
                 trace = self.fig.data[i]
-                if role in ("line", "markers"):
-                    trace.x, trace.y = xs, ys
+                if role in ("line", "markers"):  # numpy: plotly validates lists per element
+                    trace.x, trace.y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
                 else:  # band: mean ± spread, on the steps where both exist
                     sx, sy = self.columns.get(self._band_key(key), empty)
                     spread = dict(zip(sx, sy))
                     sign = -1.0 if role == "lower" else 1.0
                     pts = [(x, y + sign * spread[x]) for x, y in zip(xs, ys) if x in spread]
-                    trace.x = [p[0] for p in pts]
-                    trace.y = [p[1] for p in pts]
+                    trace.x = np.asarray([p[0] for p in pts], dtype=float)
+                    trace.y = np.asarray([p[1] for p in pts], dtype=float)
 
     def _band_key(self, key: str) -> str:
         return next(p.band for p in self.panels if p.band and p.keys[0] == key)
