@@ -30,6 +30,7 @@ _LAZY = {
     "AdvantageBatch": "rlnb.engine.batches",
     "UpdateResult": "rlnb.engine.batches",
     "TrainingRun": "rlnb.run.session",
+    "auto_accelerator": "rlnb.run.session",
     "RLNBConfig": "rlnb.run.config",
     "load_config": "rlnb.run.config",
 }
@@ -37,8 +38,10 @@ __all__ = [*_algorithms_all, *_LAZY, "__version__"]
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in ("engine", "run"):  # `rlnb.run.notebooks.sweep(...)` after a bare `import rlnb`
+        return importlib.import_module(f"rlnb.{name}")
     raise AttributeError(f"module 'rlnb' has no attribute {name!r}")

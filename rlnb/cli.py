@@ -2,15 +2,21 @@
 
     rlnb train [CONFIG.yaml] [key=value ...] [--run-dir DIR] [--resume DIR]
     rlnb demo                     a tour of the estimators and losses on one frozen batch
+    rlnb run NOTEBOOK [-p KEY VALUE ...] [--run-dir DIR]          execute it headless
+    rlnb sweep NOTEBOOK [-p KEY V1,V2 ...] [--root DIR]           one run per grid point + report
+    rlnb launch --num-processes N NOTEBOOK [-p KEY VALUE ...]     one rank per process
 
-``rlnb run``, ``sweep`` and ``launch`` (notebooks) join them with the notebooks issue.
+Notebook commands (``rlnb.run.notebooks``): ``-p`` values are read as YAML; a KEY with a dot
+(``-p loss_fn.ratio_clip_max 0.28``) is a config override appended to the notebook's
+``overrides``, any other KEY a papermill parameter. Exit codes: 0 done, 1 a notebook failed (it is
+saved with the error), 2 bad arguments (nothing written).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+from pathlib import Path
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -21,7 +27,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from rlnb.run.session import TrainingRun
+    from rlnb.run.session import TrainingRun, auto_accelerator
 
     items = list(args.items)
     config = items.pop(0) if items and "=" not in items[0] else None
@@ -33,20 +39,13 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume and args.run_dir:
         print("rlnb train: give either --run-dir or --resume, not both", file=sys.stderr)
         return 2
-    accelerator = None
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        import torch
-        from accelerate import Accelerator
-
-        # without cpu=True on a machine with no GPU, every launched process is rank 0 of 1
-        accelerator = Accelerator(cpu=not torch.cuda.is_available())
     try:
         run = TrainingRun(
             config,
             overrides=overrides,
             run_dir=args.resume or args.run_dir,
             resume=bool(args.resume),
-            accelerator=accelerator,
+            accelerator=auto_accelerator(),
             progress=not args.no_progress,
         )
         summary = run.train(args.steps)
@@ -54,23 +53,130 @@ def _train(args: argparse.Namespace) -> int:
         print(f"rlnb train: {err}", file=sys.stderr)
         return 2
     # only after success: a barrier with a failed rank would wait until the gloo timeout
-    _shut_down(accelerator)
+    run.close()
     if run.dist.is_main:
         print(format_summary(summary))
     return 0
 
 
-def _shut_down(accelerator) -> None:
-    """Leave the process group together: a rank that exits while gloo's threads still run
-    aborts with 'terminate called without an active exception'."""
-    if accelerator is None:
-        return
-    import torch.distributed as dist
+# --------------------------------------------------------------------------- notebooks
+def _show(path) -> str:
+    """``path`` relative to the working directory when it lies below it."""
+    if path is None:
+        return "-"
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+
+def _notebook_command(name: str, call) -> int:
+    """Run ``call()``; bad arguments exit 2 with one line, before anything is written."""
+    try:
+        return call()
+    except (ValueError, FileNotFoundError) as err:
+        print(f"rlnb {name}: {err}", file=sys.stderr)
+        return 2
+    except ImportError as err:
+        print(f"rlnb {name}: {err.name or err} is missing; notebooks need the notebook extra: "
+              "pip install -e '.[notebook]'", file=sys.stderr)
+        return 2
+
+
+def _run_files(run_dir: Path) -> str:
+    names = ["config.yaml", "metrics.jsonl", "rollouts/", "checkpoints/"]
+    found = [n for n in names if (run_dir / n.rstrip("/")).exists()]
+    return ", ".join(found) or "nothing else (the notebook wrote no run files)"
+
+
+def _run_metrics(run_dir: Path) -> str | None:
+    """'N steps; held-out accuracy a -> b; reward x -> y' from the run's metrics.jsonl."""
+    from rlnb.run.rundir import RunDir, read_metrics_file
+
+    records = read_metrics_file(run_dir / RunDir.METRICS)
+    if not records:
+        return None
+    parts = [f"{max(r['step'] for r in records)} steps"]
+    for key, label in (("validation/accuracy", "held-out accuracy"), ("train/reward", "reward")):
+        values = [r[key] for r in records if r.get(key) is not None]
+        if values:
+            parts.append(f"{label} {values[0]:.3f} -> {values[-1]:.3f}")
+    return "; ".join(parts)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rlnb.run import notebooks as nbs
+
+    def call():
+        params = nbs.parse_pairs(args.param)
+        res = nbs.run_notebook(args.notebook, run_dir=args.run_dir, parameters=params,
+                               kernel_name=args.kernel, progress=not args.no_progress)
+        head = (f"done in {res.seconds:.1f} s" if res.ok
+                else f"FAILED in {res.seconds:.1f} s: {res.error}")
+        print(f"\nrlnb run: {head}\n"
+              f"  run directory  {_show(res.run_dir)}\n"
+              f"  notebook       {_show(res.notebook)}\n"
+              f"  html           {_show(res.html)}\n"
+              f"  run files      {_run_files(res.run_dir)}")
+        summary = _run_metrics(res.run_dir)
+        if summary:
+            print(f"  metrics        {summary}")
+        return 0 if res.ok else 1
+
+    return _notebook_command("run", call)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from rlnb.run import notebooks as nbs
+
+    def call():
+        grid, fixed = nbs.parse_grid(args.param)
+        res = nbs.sweep(args.notebook, grid, root=args.root, parameters=fixed,
+                        kernel_name=args.kernel)
+        print(f"\nrlnb sweep: {len(res.runs) - len(res.failed)} of {len(res.runs)} runs ok\n"
+              f"  sweep root  {_show(res.root)}  (sweep.json, summary.csv, one folder per run)\n"
+              f"  report      {_show(res.report_html)}")
+        for run in res.failed:
+            print(f"  FAILED      {run.run_dir.name}: {run.error}")
+        if res.report_error:
+            print(f"  the report failed: {res.report_error}")
+        return 0 if res.ok else 1
+
+    return _notebook_command("sweep", call)
+
+
+def _launch(args: argparse.Namespace) -> int:
+    from rlnb.run import notebooks as nbs
+
+    def call():
+        params = nbs.parse_pairs(args.param)
+        res = nbs.launch(args.notebook, args.num_processes, run_dir=args.run_dir,
+                         parameters=params, kernel_name=args.kernel,
+                         progress=not args.no_progress)
+        ranks = f"{args.num_processes} rank{'s' if args.num_processes > 1 else ''}"
+        head = (f"{ranks} done in {res.seconds:.1f} s" if res.ok
+                else f"FAILED in {res.seconds:.1f} s")
+        lines = [f"\nrlnb launch: {head}",
+                 f"  run directory  {_show(res.run_dir)}",
+                 f"  notebook       {_show(res.notebook)}  (rank 0)",
+                 f"  html           {_show(res.html)}"]
+        if args.num_processes > 1:
+            lines.append(f"  other ranks    {_show(res.run_dir / nbs.RANKS)}/rank<R>.ipynb")
+        lines += [f"  rank {r}: {e}" if r >= 0 else f"  {e}" for r, e in res.rank_errors.items()]
+        print("\n".join(lines))
+        return 0 if res.ok else 1
+
+    return _notebook_command("launch", call)
+
+
+def _notebook_arguments(p: argparse.ArgumentParser, values: str, help: str) -> None:
+    p.add_argument("notebook", help="the .ipynb to execute")
+    p.add_argument("-p", "--param", nargs=2, action="append", default=[],
+                   metavar=("KEY", values),
+                   help=f"{help}; values are read as YAML, a KEY with a dot is a config override")
+    p.add_argument("--kernel", default=None, metavar="NAME",
+                   help="a Jupyter kernelspec (default: ipykernel on this Python, whichever "
+                        "kernelspec is called python3)")
 
 
 def format_summary(s: dict) -> str:
@@ -114,6 +220,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
     train.set_defaults(func=_train)
+
+    run = sub.add_parser("run", help="execute a notebook headless into a run directory")
+    _notebook_arguments(run, "VALUE", "a parameter of the notebook")
+    run.add_argument("--run-dir", default=None,
+                     help="run directory (default runs/<notebook>-<time>)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.set_defaults(func=_run)
+    sweep = sub.add_parser("sweep", help="run a notebook over a grid of parameters, with a report")
+    _notebook_arguments(sweep, "V1,V2", "comma-separated values are swept, one value is fixed")
+    sweep.add_argument("--root", default=None,
+                       help="sweep folder (default runs/sweep-<notebook>-<time>)")
+    sweep.set_defaults(func=_sweep)
+    launch = sub.add_parser("launch", help="run a notebook on N processes (accelerate)")
+    launch.add_argument("--num-processes", type=int, required=True, metavar="N",
+                        help="ranks to start (GPUs, or CPU processes over gloo)")
+    _notebook_arguments(launch, "VALUE", "a parameter of the notebook")
+    launch.add_argument("--run-dir", default=None,
+                        help="run directory (default runs/<notebook>-<time>)")
+    launch.add_argument("--no-progress", action="store_true", help="no progress bar")
+    launch.set_defaults(func=_launch)
     return parser
 
 

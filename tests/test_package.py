@@ -126,7 +126,11 @@ def test_readme_quick_start_has_two_shell_blocks_sharing_the_torch_pin():
     assert [lang for lang, _ in blocks] == ["bash", "bash"]
     for _, body in blocks:
         assert "-c constraints.txt" in body
-    assert "rlnb " in blocks[0][1] and "pytest" in blocks[1][1]
+    assert "pytest" in blocks[1][1]
+    # the first command is the main tutorial, headless; it must exist where the README says
+    first = re.search(r"^rlnb run (\S+)$", blocks[0][1], re.M)
+    assert first and first.group(1) == "notebooks/01_grpo_step_by_step.ipynb"
+    assert (ROOT / first.group(1)).is_file()
     ci = (ROOT / ".ci" / "run").read_text()
     assert "README.md" in ci and "pytest" not in ci  # CI reads the command, never copies it
 

@@ -21,6 +21,8 @@ Implementation choices:
    ids and logprobs are list columns, ``[B, T]`` tensors become one list per row. pandas and
    pyarrow are imported only when rollouts are written or read.
 5) A failed construction leaves nothing behind: a folder created by that call is removed.
+6) A folder holding only the notebook files of ``rlnb run`` / ``rlnb launch``
+   (``NOTEBOOK_FILES``) counts as empty, so a notebook can start its run in its own run dir.
 """
 
 from __future__ import annotations
@@ -135,6 +137,10 @@ class RunDir:
     METRICS = "metrics.jsonl"
     ROLLOUTS = "rollouts"
     CHECKPOINTS = "checkpoints"
+    # What `rlnb run` / `rlnb launch` put in the folder before the notebook's TrainingRun opens
+    # it (papermill saves the executing notebook from the first cell on): a folder holding only
+    # these still counts as empty.
+    NOTEBOOK_FILES = ("notebook.ipynb", "notebook.html", "ranks")
 
     def __init__(self, path: str | Path, *, config: Mapping[str, Any] | BaseModel,
                  resume: bool = False):
@@ -200,7 +206,7 @@ class RunDir:
     # --- construction checks
     def _check_existing(self, resume: bool) -> None:
         if not self.config_path.is_file():
-            if any(self.path.iterdir()):
+            if any(p.name not in self.NOTEBOOK_FILES for p in self.path.iterdir()):
                 raise ValueError(f"{self.path} exists, is not empty and holds no {self.CONFIG}: "
                                  "it is not an rlnb run dir; choose a new dir")
             return

@@ -1,6 +1,8 @@
 """A training run on disk: trainer + run directory + loggers + checkpoints + resume.
 
-    TrainingRun(config, run_dir="runs/x").train()     # what `rlnb train` does
+    run = TrainingRun(config, run_dir="runs/x", accelerator=auto_accelerator())
+    run.train()                                       # what `rlnb train` does
+    run.close()
 
 Implementation choices:
 1) Only the main process writes (config, metrics.jsonl, rollouts, checkpoints, loggers).
@@ -11,11 +13,14 @@ Implementation choices:
    position, and metrics past the checkpoint are dropped, so steps k+1.. repeat exactly.
 4) A run directory that fails to start (bad config, unreadable model, mismatched resume) is not
    left behind half-written (``RunDir`` creates it atomically).
+5) Several processes: ``auto_accelerator()`` builds the Accelerator only when a launcher started
+   them, and ``close()`` makes the ranks leave the process group together.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import time
 from pathlib import Path
@@ -25,6 +30,17 @@ import torch
 
 from rlnb.run.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from rlnb.run.config import RLNBConfig, load_config
+
+
+def auto_accelerator():
+    """An ``accelerate.Accelerator`` when a launcher started several processes (``WORLD_SIZE`` > 1,
+    as under ``accelerate launch`` or ``rlnb launch``), else None: one process needs none."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    from accelerate import Accelerator
+
+    # without cpu=True on a machine with no GPU, every launched process is rank 0 of 1
+    return Accelerator(cpu=not torch.cuda.is_available())
 
 
 class TrainingRun:
@@ -75,6 +91,7 @@ class TrainingRun:
                 shutil.rmtree(path, ignore_errors=True)
             raise
         self.loggers = make_loggers(self.config.logger, self.run_dir) if self.run_dir else []
+        self._loggers_open, self._left_group = True, False
         if resume:
             self._resume()
 
@@ -118,6 +135,7 @@ class TrainingRun:
         """Called by the trainer on the main process after each step and the first validation."""
         step = int(metrics.get("step", trainer.step_count))
         values = {k: v for k, v in metrics.items() if k != "step"}
+        self._loggers_open = True  # a writer closed by an earlier train() reopens on write
         for logger in self.loggers:  # the first writes metrics.jsonl
             logger.log(values, step)
         batches = getattr(trainer, "last_batches", None)
@@ -143,8 +161,7 @@ class TrainingRun:
         c = self.config.checkpointing
         if c.enabled and t.step_count and (not c.save_period or t.step_count % c.save_period):
             self.save()  # always leave a checkpoint of the final step
-        for logger in self.loggers:
-            logger.close()
+        self._close_loggers()
         return {
             "steps": t.step_count,
             "seconds": time.perf_counter() - start,
@@ -154,6 +171,29 @@ class TrainingRun:
             "run_dir": str(self.path),
             "warm_start": self.warm_start,
         }
+
+    def close(self) -> None:
+        """End the run: close the loggers (``train`` already does) and, under several processes,
+        leave the process group together. Call it once every rank has finished training."""
+        self._close_loggers()
+        accelerator = self.dist.accelerator
+        if accelerator is None or self._left_group:
+            return
+        import torch.distributed as dist
+
+        # a rank that exits while gloo's threads still run aborts with 'terminate called
+        # without an active exception': wait for everyone, then leave together
+        accelerator.wait_for_everyone()
+        accelerator.end_training()
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        self._left_group = True
+
+    def _close_loggers(self) -> None:
+        if self._loggers_open:
+            for logger in self.loggers:
+                logger.close()
+            self._loggers_open = False
 
     def _initial_accuracy(self):
         if self.run_dir is None:

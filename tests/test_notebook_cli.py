@@ -1,0 +1,330 @@
+"""rlnb run / sweep / launch: real papermill runs of the fixture notebooks in tests/notebooks/."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from rlnb.run.notebooks import (
+    format_value,
+    grid_points,
+    notebook_parameters,
+    parse_grid,
+    parse_value,
+    run_name,
+    split_parameters,
+    sweep_figures,
+    sweep_table,
+)
+from rlnb.run.rundir import RunDir
+
+pytest.importorskip("papermill")
+pytest.importorskip("nbconvert")
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ROOT / "tests" / "notebooks" / "train_tiny.ipynb"  # two GRPO steps of the tiny model
+FAKE = ROOT / "tests" / "notebooks" / "fake_metrics.ipynb"  # made-up curves, fails on demand
+GRID = ["-p", "loss_fn.ratio_clip_max", "0.2,0.28", "-p", "seed", "0,1", "-p", "fail_above", "0.5"]
+NAMES = [
+    "loss_fn.ratio_clip_max=0.2__seed=0", "loss_fn.ratio_clip_max=0.2__seed=1",
+    "loss_fn.ratio_clip_max=0.28__seed=0", "loss_fn.ratio_clip_max=0.28__seed=1",
+]
+PLOTLY_CDN = re.compile(r"<script[^>]*src=[\"'][^\"']*(cdn\.plot\.ly|cdn\.jsdelivr)", re.I)
+
+
+# --- parameters
+
+
+def test_parse_value_reads_yaml_scalars():
+    assert parse_value("3") == 3 and isinstance(parse_value("3"), int)
+    assert parse_value("0.28") == 0.28
+    assert parse_value("1e-3") == 0.001  # YAML 1.1 alone would keep it a string
+    assert parse_value("true") is True and parse_value("false") is False
+    assert parse_value("null") is None
+    assert parse_value("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"
+    assert parse_value("'3'") == "3"
+    assert parse_value("[1, 2]") == [1, 2]
+    assert parse_value("2024-01-02") == "2024-01-02"  # not a datetime.date
+    assert parse_value("") == ""
+    with pytest.raises(ValueError, match="cannot read the value"):
+        parse_value("[1,")
+
+
+def test_format_value_reads_back_unchanged():
+    for value in [3, 0.28, 1e-3, True, None, "abc", "3", "true", "", [1, "a"], float("inf")]:
+        assert parse_value(format_value(value)) == value, value
+
+
+def test_dotted_parameters_become_config_overrides():
+    assert split_parameters({"seed": 1, "loss_fn.ratio_clip_max": 0.28, "fast": True}) == {
+        "seed": 1, "fast": True, "overrides": ["loss_fn.ratio_clip_max=0.28"]}
+    # given overrides come first, then the dotted keys in order
+    assert split_parameters({"overrides": ["a.b=1"], "c.d": "x", "e.f": None}) == {
+        "overrides": ["a.b=1", "c.d=x", "e.f=null"]}
+    assert split_parameters({"policy.model_name": "123"})["overrides"] == ['policy.model_name="123"']
+    for bad in ["bad key", "class", "a..b", "a.1b", "1x"]:
+        with pytest.raises(ValueError, match="not a Python name|dotted config key"):
+            split_parameters({bad: 1})
+
+
+def test_grid_splits_commas_outside_brackets_and_keeps_the_order():
+    grid, fixed = parse_grid([["b", "2,1"], ["seed", "0, 1, 2"], ["fast", "true"],
+                              ["overrides", "[x.y=1, z.w=2]"], ["name", "'a,b'"]])
+    assert grid == {"b": [2, 1], "seed": [0, 1, 2]}
+    assert fixed == {"fast": True, "overrides": ["x.y=1", "z.w=2"], "name": "a,b"}
+    points = grid_points(grid)
+    assert [tuple(p.values()) for p in points] == [(2, 0), (2, 1), (2, 2), (1, 0), (1, 1), (1, 2)]
+    with pytest.raises(ValueError, match="given twice"):
+        parse_grid([["seed", "0,1"], ["seed", "2"]])
+
+
+def test_run_names_are_readable_and_filesystem_safe():
+    assert run_name({"loss_fn.ratio_clip_max": 0.2, "seed": 0}) == "loss_fn.ratio_clip_max=0.2__seed=0"
+    assert run_name({"model": "Qwen/Qwen2.5 0.5B"}) == "model=Qwen_Qwen2.5_0.5B"
+    assert run_name({}) == "run"
+    long_a, long_b = run_name({"x": "a" * 300}), run_name({"x": "a" * 299})
+    assert len(long_a) <= 120 and long_a != long_b
+    assert run_name({"x": "a" * 300}) == long_a  # stable across calls (and processes)
+
+
+def test_notebook_parameters_reads_the_tagged_cell():
+    assert notebook_parameters(TRAIN) == {"fast", "seed", "run_dir", "overrides", "fail_on_rank"}
+    assert notebook_parameters(FAKE) == {"fast", "seed", "run_dir", "overrides", "fail_above"}
+
+
+def test_run_dir_tolerates_the_notebook_files_only(tmp_path):
+    ok = tmp_path / "ok"
+    (ok / "ranks").mkdir(parents=True)
+    (ok / "notebook.ipynb").write_text("{}")
+    RunDir(ok, config={"a": 1})
+    assert (ok / "config.yaml").is_file()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not an rlnb run dir"):
+        RunDir(other, config={"a": 1})
+
+
+# --- the commands, through the real console entry
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """Offline, one thread, a private cache, and a decoy 'python3' kernelspec first on
+    JUPYTER_PATH: a run that picked it could not start a kernel at all."""
+    tmp = tmp_path_factory.mktemp("env")
+    decoy = tmp / "jupyter" / "kernels" / "python3"
+    decoy.mkdir(parents=True)
+    (decoy / "kernel.json").write_text(json.dumps({
+        "argv": ["/nonexistent/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "decoy", "language": "python"}))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "RLNB_CACHE_DIR": str(tmp / "cache"), "JUPYTER_PATH": str(tmp / "jupyter")}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_USE_CPU"):
+        env.pop(key, None)
+    return env
+
+
+def rlnb(*args, cwd, env, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlnb.cli", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def outputs(notebook: Path) -> str:
+    """Every text output of an executed notebook, joined."""
+    nb = json.loads(notebook.read_text())
+    parts = []
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            text = out.get("text") or out.get("data", {}).get("text/plain") or out.get("evalue", "")
+            parts.append("".join(text) if isinstance(text, list) else text)
+    return "\n".join(parts)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, env):
+    cwd = tmp_path_factory.mktemp("run")
+    proc = rlnb("run", TRAIN, "-p", "seed", "1", "-p", "loss_fn.ratio_clip_max", "0.31",
+                "--run-dir", "out", "--no-progress", cwd=cwd, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return cwd / "out", proc
+
+
+def test_run_executes_the_notebook_into_its_run_dir(trained):
+    run_dir, proc = trained
+    assert "run directory  out" in proc.stdout
+    assert "trained 2 steps" in outputs(run_dir / "notebook.ipynb")
+    assert "trained 2 steps" in (run_dir / "notebook.html").read_text()
+    meta = json.loads((run_dir / "notebook.ipynb").read_text())["metadata"]["papermill"]
+    assert meta["parameters"]["run_dir"] == str(run_dir.resolve())  # injected, absolute
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    assert sorted(p.name for p in (run_dir / "rollouts").iterdir()) == [
+        "step_000001.parquet", "step_000002.parquet"]
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["loss_fn"]["ratio_clip_max"] == 0.31 and config["grpo"]["seed"] == 1
+
+
+def test_run_kernel_is_this_interpreter_not_the_first_python3_kernelspec(trained):
+    run_dir, _ = trained  # env put a broken 'python3' kernelspec first on JUPYTER_PATH
+    info = json.loads((run_dir / "rank0.json").read_text())
+    assert info["executable"] == sys.executable
+    assert info["world_size"] == info["num_processes"] == 1
+
+
+def test_run_failing_cell_exits_1_and_keeps_the_notebook(tmp_path, env):
+    proc = rlnb("run", FAKE, "-p", "fail_above", "0", "--no-progress", cwd=tmp_path, env=env)
+    assert proc.returncode == 1
+    assert "FAILED" in proc.stdout and "RuntimeError: boom: diverged" in proc.stdout
+    assert re.search(r"cell In \[\d+\]", proc.stdout)
+    (run_dir,) = (tmp_path / "runs").iterdir()  # the default runs/<stem>-<time>
+    assert re.fullmatch(r"fake_metrics-\d{8}-\d{6}", run_dir.name)
+    nb = json.loads((run_dir / "notebook.ipynb").read_text())
+    errors = [o for c in nb["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
+    assert [e["ename"] for e in errors] == ["RuntimeError"]
+    assert "logged 4 steps" in outputs(run_dir / "notebook.ipynb")  # the cells before it ran
+    html = (run_dir / "notebook.html").read_text()
+    assert "boom: diverged" in html
+    # the saved widget state is dropped from the export: the widget shows its static fallback
+    # instead of a view that needs the html-manager script from a CDN
+    assert "widget-state+json" in (run_dir / "notebook.ipynb").read_text()
+    assert "IntSlider(value=7" in html and "html-manager" not in html
+
+
+@pytest.mark.parametrize("args, message", [
+    (["missing.ipynb"], "no notebook at"),
+    ([FAKE, "-p", "seed", "[1,"], "cannot read the value"),
+    ([FAKE, "-p", "sed", "1"], "has no parameter sed"),
+    ([FAKE, "-p", "bad key", "1"], "not a Python name"),
+    ([FAKE, "-p", "run_dir", "x"], "--run-dir"),
+    ([FAKE, "--kernel", "no-such-kernel"], "no Jupyter kernel named"),
+    ([FAKE, "--run-dir", "busy"], "not empty"),
+], ids=["missing", "unparseable", "unknown", "bad-name", "run-dir", "kernel", "busy-run-dir"])
+def test_bad_arguments_exit_2_and_write_nothing(tmp_path, env, args, message):
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "keep.txt").write_text("x")
+    proc = rlnb("run", *args, cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy"]
+    assert [p.name for p in (tmp_path / "busy").iterdir()] == ["keep.txt"]
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, env):
+    cwd = tmp_path_factory.mktemp("sweep")
+    proc = rlnb("sweep", FAKE, *GRID, "--root", "sw", cwd=cwd, env=env, timeout=400)
+    return cwd / "sw", proc
+
+
+def test_sweep_runs_every_point_and_reports_the_failure(swept):
+    root, proc = swept
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == sorted(NAMES)
+    assert re.search(r"\[4/4\] loss_fn.ratio_clip_max=0.28 seed=1 \.\.\. FAILED", proc.stdout)
+    assert "3 of 4 runs ok" in proc.stdout
+    assert f"FAILED      {NAMES[3]}: cell In [" in proc.stdout
+    record = json.loads((root / "sweep.json").read_text())
+    assert [r["name"] for r in record["runs"]] == NAMES  # first key slowest
+    assert [r["status"] for r in record["runs"]] == ["ok", "ok", "ok", "failed"]
+    assert "RuntimeError: boom" in record["runs"][3]["error"]
+    for name in NAMES:  # every run has its notebook, html and the config it was given
+        assert (root / name / "notebook.ipynb").is_file() and (root / name / "notebook.html").is_file()
+        clip = float(name.split("=")[1].split("__")[0])
+        assert yaml.safe_load((root / name / "config.yaml").read_text())["loss_fn"]["ratio_clip_max"] == clip
+
+
+def test_sweep_table_has_parameters_status_and_final_metrics(swept):
+    root, _ = swept
+    table = sweep_table(root)
+    assert list(table["run"]) == NAMES
+    assert list(table["status"]) == ["ok", "ok", "ok", "failed"]
+    assert list(table["seed"]) == [0, 1, 0, 1]
+    assert list(table["loss_fn.ratio_clip_max"]) == [0.2, 0.2, 0.28, 0.28]
+    # the fixture logs train/reward = clip * step + 0.01 * seed for steps 0..3
+    want = [0.2 * 3 + 0.00, 0.2 * 3 + 0.01, 0.28 * 3 + 0.00, 0.28 * 3 + 0.01]
+    assert table["train/reward"].tolist() == pytest.approx(want)
+    assert table["validation/accuracy"].tolist() == pytest.approx([0.5, 0.5, 0.58, 0.58])
+    assert list(table["steps"]) == [3, 3, 3, 3]
+    assert table["error"].iloc[3].startswith("cell In [") and table["error"].iloc[0] == ""
+    csv = pd.read_csv(root / "summary.csv")
+    assert list(csv["run"]) == NAMES and list(csv["status"]) == list(table["status"])
+
+
+def test_sweep_figures_have_a_trace_per_run_and_seed_means(swept):
+    root, _ = swept
+    reward, accuracy = sweep_figures(root)
+    for fig in (reward, accuracy):
+        names = [t.name for t in fig.data]
+        assert names[:2] == NAMES[:2] and set(NAMES) <= set(names)
+        means = [t for t in fig.data if t.name.startswith("mean over seeds")]
+        assert len(means) == 2  # one per ratio_clip_max; the failed run is left out of its mean
+    (mean_028,) = [t for t in reward.data if t.name.endswith("ratio_clip_max=0.28")]
+    assert list(mean_028.y) == pytest.approx([0.28 * s for s in range(4)])
+    dashed = [t.name for t in reward.data if t.line.dash == "dash"]
+    assert dashed == [NAMES[3]]
+
+
+def test_sweep_report_renders_offline(swept):
+    root, _ = swept
+    html = (root / "report.html").read_text()
+    for name in NAMES:
+        assert name in html
+    assert "failed" in html and "boom" in html
+    assert "plotly.js v" in html  # the bundle itself, inline
+    assert not PLOTLY_CDN.search(html)
+    assert html.count("Plotly.newPlot") >= 2
+    nb = json.loads((root / "report.ipynb").read_text())
+    figures = [o for c in nb["cells"] for o in c.get("outputs", [])
+               if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figures) == 2
+    titles = [f["data"]["application/vnd.plotly.v1+json"]["layout"]["title"]["text"]
+              for f in figures]
+    assert titles == ["train/reward", "validation/accuracy"]
+
+
+def test_launch_runs_two_ranks(tmp_path, env):
+    proc = rlnb("launch", "--num-processes", "2", TRAIN, "-p", "seed", "2", "--run-dir", "out",
+                "--no-progress", cwd=tmp_path, env=env, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = tmp_path / "out"
+    assert "trained 2 steps" in outputs(run_dir / "notebook.ipynb")
+    assert "trained 2 steps" in outputs(run_dir / "ranks" / "rank1.ipynb")
+    assert (run_dir / "notebook.html").is_file()
+    infos = [json.loads((run_dir / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert sorted(i["rank"] for i in infos) == [0, 1]
+    assert all(i["world_size"] == i["num_processes"] == 2 for i in infos)
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["grpo"]["seed"] == 2
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]  # rank 0 alone writes
+
+
+def test_launch_with_a_failing_rank_exits_1_and_names_it(tmp_path, env):
+    proc = rlnb("launch", "--num-processes", "2", TRAIN, "-p", "fail_on_rank", "1",
+                "--run-dir", "out", "--no-progress", cwd=tmp_path, env=env, timeout=400)
+    assert proc.returncode == 1
+    assert "rank 1: cell In [" in proc.stdout and "boom on rank 1" in proc.stdout
+    # rank 0 waited in a collective until the launcher ended it; its notebook says so
+    assert re.search(r"rank 0: (stopped before the end|wrote no notebook)", proc.stdout)
+    assert "boom on rank 1" in outputs(tmp_path / "out" / "ranks" / "rank1.ipynb")
+    assert (tmp_path / "out" / "notebook.html").is_file()
+
+
+# --- the pieces the notebooks use
+
+
+def test_auto_accelerator_is_none_in_one_process(monkeypatch):
+    import rlnb
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert rlnb.auto_accelerator() is None
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert rlnb.auto_accelerator() is None
+    assert rlnb.run.auto_accelerator is rlnb.auto_accelerator
+    assert rlnb.run.notebooks.sweep_table is sweep_table  # reachable after a bare `import rlnb`
