@@ -1,0 +1,172 @@
+"""Every notebook in notebooks/: committed clean, one parameters cell, runs with fast=True."""
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+papermill = pytest.importorskip("papermill")
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIR = ROOT / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))  # whatever exists: new notebooks join themselves
+IDS = [path.stem for path in NOTEBOOKS]
+REQUIRED_PARAMETERS = {"fast", "seed", "run_dir", "overrides"}
+PLOTLY_JSON = "application/vnd.plotly.v1+json"
+# A hang guard per cell, not a timing check: a fast run takes well under a minute in all.
+CELL_TIMEOUT_S = 300
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def read(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def parameters_cells(nb) -> list:
+    return [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+
+
+def outputs(nb):
+    """``(cell index, output)`` for every output of every code cell."""
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            for out in cell.get("outputs", []):
+                yield i, out
+
+
+def mime_outputs(nb, mime: str) -> list:
+    return [out["data"][mime] for _, out in outputs(nb) if mime in out.get("data", {})]
+
+
+def stdout(nb) -> str:
+    return "".join(
+        out["text"] for _, out in outputs(nb)
+        if out["output_type"] == "stream" and out.get("name") == "stdout"
+    )
+
+
+# --- committed form
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_committed_without_outputs_or_execution_counts(path):
+    nb = read(path)
+    dirty = [
+        i for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        and (cell.get("outputs") or cell.get("execution_count") is not None)
+    ]
+    assert not dirty, (
+        f"{path.name}: code cells {dirty} carry outputs or execution counts; clear them before "
+        f"committing (jupyter nbconvert --clear-output --inplace notebooks/{path.name})"
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_title_kernelspec_and_one_parameters_cell_of_flat_literals(path):
+    nb = read(path)
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("# "), (
+        f"{path.name}: the first cell must be a markdown title starting with '# '"
+    )
+    kernelspec = nb.metadata.get("kernelspec", {})
+    assert kernelspec.get("name") == "python3" and kernelspec.get("language") == "python", (
+        f"{path.name}: metadata.kernelspec must name the python3 kernel, got {kernelspec}"
+    )
+    cells = parameters_cells(nb)
+    assert len(cells) == 1, f"{path.name}: {len(cells)} cells tagged 'parameters', expected 1"
+    assert cells[0].cell_type == "code"
+    names = set()
+    for node in ast.parse(cells[0].source).body:
+        assert isinstance(node, ast.Assign) and len(node.targets) == 1, (
+            f"{path.name}: the parameters cell holds only `name = literal` lines, found "
+            f"{ast.unparse(node)!r}"
+        )
+        target = node.targets[0]
+        assert isinstance(target, ast.Name), f"{path.name}: {ast.unparse(node)!r}"
+        try:  # flat literals, so papermill (and rlnb sweep) can override each one
+            ast.literal_eval(node.value)
+        except ValueError:
+            pytest.fail(f"{path.name}: parameter {target.id} is not a literal: {ast.unparse(node)}")
+        names.add(target.id)
+    missing = REQUIRED_PARAMETERS - names
+    assert not missing, f"{path.name}: the parameters cell does not define {sorted(missing)}"
+
+
+# --- executed with fast=True (one papermill run per notebook, shared by the tests below)
+
+
+@pytest.fixture(scope="module", params=NOTEBOOKS, ids=IDS)
+def executed(request, tmp_path_factory):
+    """The notebook executed by papermill with fast=True, and the error papermill raised, if any."""
+    path = request.param
+    tmp = tmp_path_factory.mktemp(path.stem)
+    output = tmp / path.name
+    error = None
+    with pytest.MonkeyPatch.context() as mp:  # the kernel inherits this environment
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setenv("OMP_NUM_THREADS", "1")
+        mp.setenv("RLNB_CACHE_DIR", str(tmp / "cache"))  # a cold cache, as in CI
+        # This interpreter's own kernelspec first: a user-level "python3" spec (searched before
+        # the environment's) could point at another Python without rlnb.
+        mp.setenv("JUPYTER_PATH", str(Path(sys.prefix) / "share" / "jupyter"))
+        try:
+            papermill.execute_notebook(
+                str(path), str(output),
+                parameters={"fast": True, "run_dir": str(tmp / "run")},
+                kernel_name="python3", cwd=str(NOTEBOOK_DIR),
+                execution_timeout=CELL_TIMEOUT_S, progress_bar=False,
+            )
+        except papermill.PapermillExecutionError as err:  # the saved notebook shows the cell
+            error = err
+    return path.stem, read(output), error
+
+
+def test_runs_end_to_end_without_errors(executed):
+    name, nb, error = executed
+    errors = [
+        f"cell {i}: {out['ename']}: {out['evalue']}\n" + ANSI.sub("", "\n".join(out["traceback"]))
+        for i, out in outputs(nb) if out["output_type"] == "error"
+    ]
+    assert error is None and not errors, f"{name} failed with fast=True:\n" + "\n\n".join(errors)
+
+
+def test_shows_a_plotly_figure(executed):
+    name, nb, _ = executed
+    html = mime_outputs(nb, "text/html")
+    assert mime_outputs(nb, PLOTLY_JSON) or any("Plotly.newPlot" in h for h in html), (
+        f"{name}: no plotly figure in the executed notebook"
+    )
+
+
+# Per-notebook checks on the executed notebook: notebook stem -> functions that raise
+# AssertionError. Add yours: assert something a broken notebook would not show.
+
+
+def _policy_loss_and_kl(nb):
+    tables = [h for h in mime_outputs(nb, "text/html") if "<table" in h]
+    assert any("ratio_clip_max" in t and "zero gradient" in t for t in tables), (
+        "no clip-fraction table"
+    )
+    assert any("ratio_clip_max" in t and "kl_penalty" in t for t in tables), (
+        "no dry-run comparison table"
+    )
+    out = stdout(nb)
+    assert "zero-gradient tokens == the formula's: True" in out  # clipped tokens get no gradient
+    assert "weights unchanged: True" in out  # dry runs leave the weights alone
+
+
+EXTRA_CHECKS = {
+    "03_policy_loss_and_kl": [_policy_loss_and_kl],
+}
+
+
+def test_notebook_specific_checks(executed):
+    name, nb, error = executed
+    if error is not None:
+        pytest.skip("the notebook failed (see test_runs_end_to_end_without_errors)")
+    for check in EXTRA_CHECKS.get(name, []):
+        check(nb)
