@@ -23,6 +23,7 @@ STAGES = ("Rollout", "Advantages", "Update")
 class StageStepper(LiveAndStatic):
     def __init__(self, trainer, dashboard=None, *, run_steps: int = 10):
         import ipywidgets as w
+
         from rlnb.widgets.dashboard import Dashboard
 
         self.trainer = trainer

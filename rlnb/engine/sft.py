@@ -86,7 +86,17 @@ def sampled_accuracy(trainer, rows: list[dict]) -> float:
 
 
 def warm_start(trainer, cfg: SFTConfig, *, progress: bool = False, log=print) -> dict:
-    """Run (or load from the cache) the supervised warm start on ``trainer.policy``."""
+    """Run (or load from the cache) the supervised warm start on ``trainer.policy``.
+
+    It runs on its own random state, seeded with ``grpo.seed``, and leaves the caller's alone:
+    what follows is the same whether the warm start ran or came from the cache.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(trainer.config.grpo.seed)
+        return _warm_start(trainer, cfg, progress=progress, log=log)
+
+
+def _warm_start(trainer, cfg: SFTConfig, *, progress: bool, log) -> dict:
     policy, task = trainer.policy, trainer.task
     key = cache_key(
         trainer.config.policy.model_name,

@@ -78,14 +78,13 @@ class TrainingRun:
             self.trainer = GRPOTrainer(self.config, accelerator=accelerator, run=self)
             self.warm_start = None
             if self.config.sft.enabled:
-                with torch.random.fork_rng(devices=[]):  # the same warm start on every rank
-                    torch.manual_seed(self.config.grpo.seed)
-                    self.warm_start = warm_start(
-                        self.trainer,
-                        self.config.sft,
-                        progress=progress and self.dist.is_main,
-                        log=log if self.dist.is_main else _quiet,
-                    )
+                # seeded by grpo.seed on its own random state: the same on every rank
+                self.warm_start = warm_start(
+                    self.trainer,
+                    self.config.sft,
+                    progress=progress and self.dist.is_main,
+                    log=log if self.dist.is_main else _quiet,
+                )
         except Exception:
             if self.run_dir is not None and created:  # leave nothing half-written behind
                 shutil.rmtree(path, ignore_errors=True)
