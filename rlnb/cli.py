@@ -6,10 +6,10 @@
     rlnb sweep NOTEBOOK [-p KEY V1,V2 ...] [--root DIR]           one run per grid point + report
     rlnb launch --num-processes N NOTEBOOK [-p KEY VALUE ...]     one rank per process
 
-Notebook commands (``rlnb.run.notebooks``): ``-p`` values are read as YAML; a KEY with a dot
-(``-p loss_fn.ratio_clip_max 0.28``) is a config override appended to the notebook's
-``overrides``, any other KEY a papermill parameter. Exit codes: 0 done, 1 a notebook failed (it is
-saved with the error), 2 bad arguments (nothing written).
+Notebook commands (``rlnb.run.notebooks``, ``rlnb.run.sweep``, ``rlnb.run.launch``): ``-p`` values
+are read as YAML; a KEY with a dot (``-p loss_fn.ratio_clip_max 0.28``) is a config override
+appended to the notebook's ``overrides``, any other KEY a papermill parameter. Exit codes: 0 done,
+1 a notebook failed (it is saved with the error), 2 bad arguments (nothing written).
 """
 
 from __future__ import annotations
@@ -105,12 +105,12 @@ def _run_metrics(run_dir: Path) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rlnb.run import notebooks as nbs
+    from rlnb.run.notebooks import parse_pairs, run_notebook
 
     def call():
-        params = nbs.parse_pairs(args.param)
-        res = nbs.run_notebook(args.notebook, run_dir=args.run_dir, parameters=params,
-                               kernel_name=args.kernel, progress=not args.no_progress)
+        params = parse_pairs(args.param)
+        res = run_notebook(args.notebook, run_dir=args.run_dir, parameters=params,
+                           kernel_name=args.kernel, progress=not args.no_progress)
         head = (f"done in {res.seconds:.1f} s" if res.ok
                 else f"FAILED in {res.seconds:.1f} s: {res.error}")
         print(f"\nrlnb run: {head}\n"
@@ -127,12 +127,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from rlnb.run import notebooks as nbs
+    from rlnb.run.sweep import parse_grid, sweep
 
     def call():
-        grid, fixed = nbs.parse_grid(args.param)
-        res = nbs.sweep(args.notebook, grid, root=args.root, parameters=fixed,
-                        kernel_name=args.kernel)
+        grid, fixed = parse_grid(args.param)
+        res = sweep(args.notebook, grid, root=args.root, parameters=fixed,
+                    kernel_name=args.kernel)
         print(f"\nrlnb sweep: {len(res.runs) - len(res.failed)} of {len(res.runs)} runs ok\n"
               f"  sweep root  {_show(res.root)}  (sweep.json, summary.csv, one folder per run)\n"
               f"  report      {_show(res.report_html)}")
@@ -146,13 +146,13 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from rlnb.run import notebooks as nbs
+    from rlnb.run.launch import RANKS, launch
+    from rlnb.run.notebooks import parse_pairs
 
     def call():
-        params = nbs.parse_pairs(args.param)
-        res = nbs.launch(args.notebook, args.num_processes, run_dir=args.run_dir,
-                         parameters=params, kernel_name=args.kernel,
-                         progress=not args.no_progress)
+        params = parse_pairs(args.param)
+        res = launch(args.notebook, args.num_processes, run_dir=args.run_dir,
+                     parameters=params, kernel_name=args.kernel, progress=not args.no_progress)
         ranks = f"{args.num_processes} rank{'s' if args.num_processes > 1 else ''}"
         head = (f"{ranks} done in {res.seconds:.1f} s" if res.ok
                 else f"FAILED in {res.seconds:.1f} s")
@@ -161,7 +161,7 @@ def _launch(args: argparse.Namespace) -> int:
                  f"  notebook       {_show(res.notebook)}  (rank 0)",
                  f"  html           {_show(res.html)}"]
         if args.num_processes > 1:
-            lines.append(f"  other ranks    {_show(res.run_dir / nbs.RANKS)}/rank<R>.ipynb")
+            lines.append(f"  other ranks    {_show(res.run_dir / RANKS)}/rank<R>.ipynb")
         lines += [f"  rank {r}: {e}" if r >= 0 else f"  {e}" for r, e in res.rank_errors.items()]
         print("\n".join(lines))
         return 0 if res.ok else 1

@@ -94,6 +94,13 @@ def test_title_kernelspec_and_one_parameters_cell_of_flat_literals(path):
         names.add(target.id)
     missing = REQUIRED_PARAMETERS - names
     assert not missing, f"{path.name}: the parameters cell does not define {sorted(missing)}"
+    # papermill must see every one (it silently skips a line it cannot parse, e.g. a comment
+    # holding '='), or `rlnb run -p name ...` refuses the name as undeclared
+    import papermill
+
+    inferred = set(papermill.inspect_notebook(str(path)))
+    assert inferred == names, (
+        f"{path.name}: papermill cannot parse the parameters {sorted(names - inferred)}")
 
 
 # --- executed with fast=True (one papermill run per notebook, shared by the tests below)

@@ -2,11 +2,14 @@
 
 Modules: ``atomic`` (crash-safe writes), ``rundir`` (one folder per run), ``checkpoint`` (save,
 prune, resume), ``loggers`` (TensorBoard, W&B, stdout next to ``metrics.jsonl``), ``session``
-(``TrainingRun``, ``auto_accelerator``), ``notebooks`` (``rlnb run`` / ``sweep`` / ``launch``).
+(``TrainingRun``, ``auto_accelerator``), ``notebooks`` (``rlnb run``: one notebook through
+papermill, and the parameter parsing the next two share), ``sweep`` (``rlnb sweep``: a grid of runs
+and its report), ``launch`` (``rlnb launch``: one notebook on N ranks).
 """
 
 _LAZY = {"TrainingRun": "rlnb.run.session", "auto_accelerator": "rlnb.run.session"}
-_MODULES = ("atomic", "checkpoint", "config", "loggers", "notebooks", "rundir", "session")
+_MODULES = ("atomic", "checkpoint", "config", "launch", "loggers", "notebooks", "rundir", "session",
+            "sweep")
 
 
 def __getattr__(name: str):
