@@ -166,8 +166,44 @@ def _policy_loss_and_kl(nb):
     assert "weights unchanged: True" in out  # dry runs leave the weights alone
 
 
+def _widgets_have_static_twins(nb):
+    """Every live widget output also carries HTML, which saved notebooks and exports show."""
+    widget_outputs = [o for _, o in outputs(nb)
+                      if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert widget_outputs, "no live widget displayed"
+    missing = [o["data"]["text/plain"][:60] for o in widget_outputs
+               if "text/html" not in o["data"]]
+    assert not missing, f"widgets without a static twin: {missing}"
+
+
+def _grpo_step_by_step(nb):
+    out = stdout(nb)
+    assert "weights unchanged by the dry run: True" in out
+    assert "held-out accuracy before GRPO" in out and "metrics.jsonl" in out
+    # the dashboard's saved snapshot was refreshed when training ended: 1 step by hand + 3
+    html = mime_outputs(nb, "text/html")
+    assert any("rlnb dashboard</b> — 4 steps" in h for h in html), "stale dashboard snapshot"
+    _widgets_have_static_twins(nb)
+
+
+def _advantage_estimators(nb):
+    assert "same advantages on a second call" in stdout(nb)
+    tables = [h for h in mime_outputs(nb, "text/html") if "<table" in h]
+    assert any("reinforce_plus_plus" in t and "gdpo" in t for t in tables)
+    _widgets_have_static_twins(nb)
+
+
+def _ablation_sweep(nb):
+    assert "2 runs, 0 failed" in stdout(nb)
+    tables = [h for h in mime_outputs(nb, "text/html") if "<table" in h]
+    assert any("ratio_clip_max" in t and "ok" in t for t in tables), "no sweep table"
+
+
 EXTRA_CHECKS = {
+    "01_grpo_step_by_step": [_grpo_step_by_step],
+    "02_advantage_estimators": [_advantage_estimators],
     "03_policy_loss_and_kl": [_policy_loss_and_kl],
+    "04_ablation_sweep": [_ablation_sweep],
 }
 
 

@@ -241,6 +241,10 @@ class Dashboard(LiveAndStatic):
         """Block until background training ends; re-raises its error."""
         if self._thread is not None:
             self._thread.join(timeout)
+            if not self._thread.is_alive():
+                # again from this cell: headless executors (nbclient) drop output that the
+                # thread sent once the cell that started it had finished
+                self.refresh_static()
         if self.error is not None:
             raise self.error
 

@@ -32,10 +32,12 @@ Implementation choices:
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import json
 import keyword
 import math
+import os
 import re
 import sys
 import time
@@ -234,13 +236,29 @@ def _execute(notebook, output: Path, parameters: dict, *, kernel_name: str | Non
         kernel = {"kernel_name": "python3", "language": "python",
                   "kernel_manager_class": _this_python_kernel_manager()}
     try:
-        pm.execute_notebook(notebook, str(output), parameters=parameters, progress_bar=progress,
-                            cwd=str(cwd), **kernel)
+        with _headless_kernel_env():
+            pm.execute_notebook(notebook, str(output), parameters=parameters,
+                                progress_bar=progress, cwd=str(cwd), **kernel)
     except PapermillExecutionError as err:
         return _error_line(err.exec_count, err.ename, err.evalue)
     except Exception as err:  # the kernel died or did not start: a failed run, not a crash
         return f"{type(err).__name__}: {_first_line(str(err))}"
     return None
+
+
+@contextlib.contextmanager
+def _headless_kernel_env():
+    """The kernel inherits ``RLNB_HEADLESS=1``: no one can click, so widgets such as the
+    dashboard train in the foreground of their cell (see rlnb.widgets.dashboard)."""
+    old = os.environ.get("RLNB_HEADLESS")
+    os.environ["RLNB_HEADLESS"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("RLNB_HEADLESS", None)
+        else:
+            os.environ["RLNB_HEADLESS"] = old
 
 
 def _first_line(text: str | None) -> str:
