@@ -226,7 +226,7 @@ class StepBench:
     """One trainer and its bare twins; ``step`` runs every stage once, trainer and bare in turn."""
 
     def __init__(self, overrides: list[str], args, device: torch.device):
-        self.cfg = cfg = load_config(args.config, BASE + overrides)
+        self.cfg = cfg = load_config(args.config, BASE + overrides + list(args.set))
         self.device = device
         self.t = t = GRPOTrainer(cfg)
         t.policy.model.to(device)  # in place: optimizer, generator and reference keep the params
@@ -381,6 +381,9 @@ def main() -> None:
     parser.add_argument("--config", default="configs/tiny.yaml")
     parser.add_argument("--repeats", type=int, default=None, help="default: tiny 7, 20m 5")
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="extra config overrides for every configuration, e.g. "
+                        "grpo.reuse_generation_logprobs=true")
     parser.add_argument("--profile", action="store_true", help="profile even when on target")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--memory-pass", action="store_true", help=argparse.SUPPRESS)
@@ -407,7 +410,7 @@ def main() -> None:
         bench(name, CONFIGS[name], run_args, device)
 
     cmd = [sys.executable, __file__, "--memory-pass", "--config", args.config]
-    cmd += ["--device", args.device, "--configs", *args.configs]
+    cmd += ["--device", args.device, "--configs", *args.configs, "--set", *args.set]
     lines = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
     peaks = [json.loads(line) for line in lines if line.startswith("{")]
     unit = "CUDA max_memory_allocated" if device.type == "cuda" else "RSS, fresh process"

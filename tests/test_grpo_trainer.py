@@ -177,3 +177,25 @@ def test_dynamic_sampling_fills_the_batch_with_rows_that_carry_signal():
                                                 "grpo.dynamic_sampling_max_gen_batches=2"]))
     with pytest.raises(ValueError, match="generation batches"):
         t2.rollout()
+
+
+def test_reuse_generation_logprobs_skips_the_second_forward_and_trains_the_same():
+    """grpo.reuse_generation_logprobs: prev_logprobs are the generator's own (no second
+    forward), within rounding of a training forward, and the trained weights follow."""
+    extra = ["policy.train_global_batch_size=8"]  # 2 optimizer steps per batch: the ratio moves
+    base = GRPOTrainer(load_config(None, SMALL + extra))
+    reuse = GRPOTrainer(load_config(None, SMALL + extra + ["grpo.reuse_generation_logprobs=true"]))
+    calls = []
+    original = reuse.policy.logprobs
+    reuse.policy.logprobs = lambda *a, **k: calls.append(1) or original(*a, **k)
+    b = reuse.rollout()
+    assert calls == []  # no log-prob forward in the rollout
+    assert torch.equal(b.prev_logprobs, b.generation_logprobs * b.token_mask)
+    fresh = original(b.input_ids, b.attention_mask) * b.token_mask
+    assert (fresh - b.prev_logprobs).abs().max() < 1e-4
+    for _ in range(2):
+        m_base, m_reuse = base.step(), reuse.step()
+        assert m_reuse["train/loss"] == pytest.approx(m_base["train/loss"], abs=1e-4)
+        assert m_reuse["train/reward"] == m_base["train/reward"]  # same samples
+    for (n, p), q in zip(base.policy.model.named_parameters(), reuse.policy.model.parameters()):
+        assert torch.allclose(p, q, atol=1e-4), n

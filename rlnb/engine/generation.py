@@ -126,6 +126,8 @@ def response_mask_and_truncation(
 class HFGenerationBackend(GenerationBackend):
     """Sampling with ``transformers``' ``generate`` on the policy's own model (shared weights)."""
 
+    shares_policy_weights = True  # samples with the training module itself
+
     def __init__(self, model, tokenizer, config: GenerationConfig, max_prompt_length=None):
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.max_prompt_length = max_prompt_length

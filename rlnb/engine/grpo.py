@@ -69,6 +69,12 @@ class GRPOConfig(Config):
     advantage_clip_high: float | None = Field(None, description="Clamp advantages above.")
     seq_logprob_error_threshold: float | None = Field(None, description="Mask rows above it.")
     skip_reference_policy_logprobs_calculation: bool = Field(False, description="No ref model.")
+    reuse_generation_logprobs: bool = Field(
+        False,
+        description="rlnb extra: take prev_logprobs from generation (same weights, full-vocab "
+        "log-softmax) instead of a second forward; needs a backend that generates with the "
+        "policy's own module (hf).",
+    )
     val_period: int = Field(10, ge=0, description="Validate every k steps (0: never).")
     val_at_start: bool = Field(True, description="Validate before the first step.")
     val_at_end: bool = Field(True, description="Validate after the last step.")
@@ -133,6 +139,14 @@ class GRPOTrainer:
         self.generator = make_generation_backend(
             self.policy.model, self.policy.tokenizer, p.generation, self.max_prompt_length
         )
+        if g.reuse_generation_logprobs and not getattr(
+            self.generator, "shares_policy_weights", False
+        ):
+            raise ValueError(
+                "grpo.reuse_generation_logprobs needs a generation backend that samples with the "
+                f"policy's own weights; policy.generation.backend={p.generation.backend!r} does "
+                "not (set grpo.reuse_generation_logprobs=false)"
+            )
         self.run = run
         self.step_count = 0  # completed optimizer steps (GRPOSaveState.current_step)
         self.consumed_prompts = 0  # data position in the task's training stream
@@ -177,7 +191,12 @@ class GRPOTrainer:
         token_mask = torch.cat([zeros, gens.response_mask.float()], dim=1)
         gen_lp = torch.cat([zeros, gens.generation_logprobs], dim=1)
         elapsed = _timer()
-        prev = self.policy.logprobs(input_ids, attention_mask) * token_mask
+        if self.config.grpo.reuse_generation_logprobs:
+            # the generator sampled with these very weights: its log-probs are π_old's (they
+            # match a training forward to ~1e-6; the gap is a KV-cache vs full-pass rounding)
+            prev = gen_lp * token_mask
+        else:
+            prev = self.policy.logprobs(input_ids, attention_mask) * token_mask
         ref = (
             self.policy.logprobs(input_ids, attention_mask, reference=True) * token_mask
             if self.need_reference
