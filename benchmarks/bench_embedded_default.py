@@ -21,8 +21,8 @@ from rlnb.engine.sft import warm_start
 from rlnb.run.config import load_config
 
 
-def run_seed(seed: int, minutes: float, config: str, val_every: int) -> dict:
-    cfg = load_config(config, [f"grpo.seed={seed}", "grpo.val_period=0"])
+def run_seed(seed: int, minutes: float, config: str, val_every: int, extra=()) -> dict:
+    cfg = load_config(config, [f"grpo.seed={seed}", "grpo.val_period=0", *extra])
     trainer = GRPOTrainer(cfg)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -59,13 +59,15 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--config", default="configs/tiny.yaml")
     parser.add_argument("--val-every", type=int, default=100)
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="extra config overrides, e.g. sft.max_steps=4000")
     args = parser.parse_args()
     print(
         f"embedded default, {torch.get_num_threads()} threads, {args.minutes} min of GRPO per seed"
     )
     results = []
     for seed in args.seeds:
-        r = run_seed(seed, args.minutes, args.config, args.val_every)
+        r = run_seed(seed, args.minutes, args.config, args.val_every, args.set)
         results.append(r)
         ws = "cached" if r["cached"] else f"{r['warm_start_s']:.0f}s"
         reached = "never" if r["reached_30pp_s"] is None else f"{r['reached_30pp_s']:.0f}s"

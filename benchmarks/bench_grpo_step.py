@@ -178,7 +178,7 @@ def labelled(trainer: GRPOTrainer):
         (trainer.loss_fn, "from_logprobs", "ClippedPGLossFn.from_logprobs"),
         (torch.autograd, "backward", "autograd.backward"),
         (torch.nn.utils, "clip_grad_norm_", "clip_grad_norm_"),
-        (policy, "merge_metrics", "policy.merge_metrics"),
+        (policy, "sum_partial_metrics", "reduction.sum_partial_metrics"),
         (trainer.policy.scheduler, "step", "scheduler.step"),
         (trainer.generator, "refresh_weights", "generator.refresh_weights"),
     ]
