@@ -63,6 +63,16 @@ class GenerationBackend(ABC):
     def generate(self, prompts: list[str]) -> Generations:
         """Sample one response per prompt (repeat prompts for a group)."""
 
+    def generate_ids(  # noqa: B027 - optional: multi-turn rollouts need it
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+        max_new_tokens: int | None = None,
+    ) -> Generations:
+        """Sample from token ids (left-padded ``[B, P]``): multi-turn rollouts continue a
+        conversation token for token, without a decode/re-encode round trip."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot generate from token ids (multi-turn rollouts need it)"
+        )
+
     def refresh_weights(self, model: torch.nn.Module) -> None:  # noqa: B027 - optional hook
         """Load the policy's new weights after an update (no-op if the model is shared)."""
 
@@ -85,13 +95,18 @@ def tokenize_prompts(tokenizer, prompts: list[str], max_length: int | None = Non
                     f"(policy.max_total_sequence_length - policy.generation.max_new_tokens): "
                     f"{prompts[i][:80]!r}"
                 )
-    width = max(len(ids) for ids in encoded)
-    pad = tokenizer.pad_token_id
-    ids = torch.full((len(encoded), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(encoded), width), dtype=torch.long)
-    for i, row in enumerate(encoded):
-        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-        mask[i, width - len(row) :] = 1
+    return left_pad(encoded, tokenizer.pad_token_id)
+
+
+def left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists -> left-padded ``(ids [B, W], mask [B, W])``, W the longest row."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row) :] = 1
     return ids, mask
 
 
@@ -134,8 +149,17 @@ class HFGenerationBackend(GenerationBackend):
 
     @torch.no_grad()
     def generate(self, prompts: list[str]) -> Generations:
+        prompt_ids, prompt_mask = tokenize_prompts(
+            self.tokenizer, prompts, self.max_prompt_length
+        )
+        return self.generate_ids(prompt_ids, prompt_mask)
+
+    @torch.no_grad()
+    def generate_ids(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+        max_new_tokens: int | None = None,
+    ) -> Generations:
         cfg, tok = self.config, self.tokenizer
-        prompt_ids, prompt_mask = tokenize_prompts(tok, prompts, self.max_prompt_length)
         device = next(self.model.parameters()).device
         was_training = self.model.training
         self.model.eval()
@@ -146,7 +170,7 @@ class HFGenerationBackend(GenerationBackend):
             temperature=cfg.temperature,
             top_p=cfg.top_p,
             top_k=cfg.top_k or 0,
-            max_new_tokens=cfg.max_new_tokens,
+            max_new_tokens=max_new_tokens or cfg.max_new_tokens,
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
             stop_strings=cfg.stop_strings,

@@ -48,6 +48,7 @@ from rlnb.engine.batches import AdvantageBatch, RolloutBatch, UpdateResult, conc
 from rlnb.engine.distributed import Distributed
 from rlnb.engine.environments import check_rewards
 from rlnb.engine.generation import make_generation_backend
+from rlnb.engine.multiturn import sample_conversations
 
 
 class GRPOConfig(Config):
@@ -95,11 +96,6 @@ class GRPOConfig(Config):
                     use_leave_one_out_baseline=self.use_leave_one_out_baseline,
                 ),
             )
-        if self.max_rollout_turns != 1:
-            raise ValueError(
-                "grpo.max_rollout_turns > 1: multi-turn rollouts are not in the trainer yet "
-                "(Environment.step defines the interface; rollouts are single-turn)"
-            )
         if self.batch_multiplier != 1 and not self.use_dynamic_sampling:
             raise ValueError("grpo.batch_multiplier != 1 needs grpo.use_dynamic_sampling")
         return self
@@ -134,6 +130,7 @@ class GRPOTrainer:
             config.policy, seed=g.seed, need_reference=self.need_reference, dist=self.dist
         )
         self.task = task or build_task(config.data)
+        self.env = config.env.build(self.task)  # what steps multi-turn conversations
         p = config.policy
         self.max_prompt_length = p.max_total_sequence_length - p.generation.max_new_tokens
         self.generator = make_generation_backend(
@@ -177,18 +174,32 @@ class GRPOTrainer:
         """Sample ``generations`` responses per row, score them, compute log-probs."""
         rep_rows = [r for r in rows for _ in range(generations)]
         prompts = [self.format_prompt(r) for r in rep_rows]
-        elapsed = _timer()
-        gens = self.generator.generate(prompts)
-        t_gen = elapsed()
-        elapsed = _timer()
-        rewards = check_rewards(
-            self.task.score(prompts, gens.texts, rep_rows), len(prompts), self.task.name
-        )
-        t_reward = elapsed()
+        g, p = self.config.grpo, self.config.policy
+        extra: dict[str, float] = {}
+        if g.max_rollout_turns > 1:  # prompt | turn | observation | turn ... (multiturn.py)
+            conv = sample_conversations(
+                self.generator, self.env, self.policy.tokenizer, prompts, rep_rows,
+                max_turns=g.max_rollout_turns, max_new_tokens=p.generation.max_new_tokens,
+                max_total_length=p.max_total_sequence_length,
+                max_prompt_length=self.max_prompt_length,
+            )
+            gens, rewards, generated = conv.generations, conv.rewards, conv.token_mask
+            t_gen, t_reward = conv.seconds_generation, conv.seconds_environment
+            extra["train/mean_turns"] = float(conv.turns.float().mean())
+        else:
+            elapsed = _timer()
+            gens = self.generator.generate(prompts)
+            t_gen = elapsed()
+            elapsed = _timer()
+            rewards = check_rewards(
+                self.task.score(prompts, gens.texts, rep_rows), len(prompts), self.task.name
+            )
+            t_reward = elapsed()
+            generated = gens.response_mask.float()
         input_ids = torch.cat([gens.prompt_ids, gens.response_ids], dim=1)  # [B, S]
         attention_mask = torch.cat([gens.prompt_mask, gens.response_mask], dim=1)
         zeros = torch.zeros_like(gens.prompt_ids, dtype=torch.float32)
-        token_mask = torch.cat([zeros, gens.response_mask.float()], dim=1)
+        token_mask = torch.cat([zeros, generated], dim=1)  # 1 on generated tokens only
         gen_lp = torch.cat([zeros, gens.generation_logprobs], dim=1)
         elapsed = _timer()
         if self.config.grpo.reuse_generation_logprobs:
@@ -203,7 +214,7 @@ class GRPOTrainer:
             else None
         )
         t_lp = elapsed()
-        lengths = gens.response_mask.sum(dim=1)
+        lengths = generated.sum(dim=1).long()  # generated tokens (observations excluded)
         group = torch.arange(len(rows)).repeat_interleave(generations)
         metrics = {
             "timing/train/generation": t_gen,
@@ -215,6 +226,7 @@ class GRPOTrainer:
             "train/natural_termination_rate": float(1 - gens.truncated.float().mean()),
             "train/mean_prompt_length": float(gens.prompt_mask.sum(1).float().mean()),
             "train/total_num_tokens": float(attention_mask.sum()),
+            **extra,
         }
         return RolloutBatch(
             step=step,

@@ -26,6 +26,7 @@ from pydantic import Field
 from rlnb.algorithms.policy_loss import ClippedPGLossConfig
 from rlnb.config import Config, parse_config
 from rlnb.engine.grpo import GRPOConfig
+from rlnb.engine.multiturn import EnvConfig
 from rlnb.engine.policy import PolicyConfig
 from rlnb.engine.sft import SFTConfig
 from rlnb.engine.tasks import TaskConfig
@@ -47,6 +48,7 @@ class RLNBConfig(Config):
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
     data: TaskConfig = Field(default_factory=TaskConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
     logger: LoggerConfig = Field(default_factory=LoggerConfig)
     checkpointing: CheckpointingConfig = Field(default_factory=CheckpointingConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
