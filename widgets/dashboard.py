@@ -150,7 +150,7 @@ class Dashboard(LiveAndStatic):
         step = metrics.get("step", len(self.history) + 1)
         self.history.append(dict(metrics))
         for key, value in metrics.items():
-            if key == "step" or not isinstance(value, (int, float)) or value is None:
+            if key == "step" or not isinstance(value, (int, float)):  # None: a NaN on disk
                 continue
             xs, ys = self.columns.setdefault(key, ([], []))
             xs.append(step)
