@@ -33,8 +33,8 @@ def test_rollout_is_complete_and_consistent(trainer):
     assert (b.token_mask.sum(1) == b.response_lengths).all()
     assert ((b.token_mask > 0) <= (b.attention_mask > 0)).all()
     # the trainer's log-probs of the sampled tokens match the generator's (same weights)
-    gap = ((b.prev_logprobs - b.generation_logprobs) * b.token_mask).abs().max()
-    assert gap < 1e-4
+    fresh = trainer.policy.logprobs(b.input_ids, b.attention_mask) * b.token_mask
+    assert ((fresh - b.generation_logprobs) * b.token_mask).abs().max() < 1e-4
     assert set(b.to_frame().columns) >= {"prompt", "response", "reward", "correct", "length", "truncated"}
     assert "RolloutBatch(step=0)" in b.summary()
 
@@ -183,7 +183,7 @@ def test_reuse_generation_logprobs_skips_the_second_forward_and_trains_the_same(
     """grpo.reuse_generation_logprobs: prev_logprobs are the generator's own (no second
     forward), within rounding of a training forward, and the trained weights follow."""
     extra = ["policy.train_global_batch_size=8"]  # 2 optimizer steps per batch: the ratio moves
-    base = GRPOTrainer(load_config(None, SMALL + extra))
+    base = GRPOTrainer(load_config(None, SMALL + extra + ["grpo.reuse_generation_logprobs=false"]))
     reuse = GRPOTrainer(load_config(None, SMALL + extra + ["grpo.reuse_generation_logprobs=true"]))
     calls = []
     original = reuse.policy.logprobs

@@ -435,8 +435,12 @@ class GRPOTrainer:
         return metrics
 
     @torch.no_grad()
-    def validate(self, num_prompts: int | None = None) -> dict[str, float]:
-        """Held-out accuracy: ``validation/accuracy`` (mean reward), ``avg_length``, ``pass_k``."""
+    def validate(self, num_prompts: int | None = None, *, record: bool = False
+                 ) -> dict[str, float]:
+        """Held-out accuracy: ``validation/accuracy`` (mean reward), ``avg_length``, ``pass_k``.
+
+        ``record=True`` also logs it to the run at the current step (as ``train`` does before
+        its first step), e.g. the accuracy before any training in a notebook."""
         g = self.config.grpo
         available = len(self.task.val_rows())
         rows = self.dist.shard(self.task.val_rows(min(num_prompts or g.max_val_samples, available)))
@@ -450,6 +454,8 @@ class GRPOTrainer:
         if k > 1:
             metrics["validation/pass_k"] = float((rewards > 0).any(dim=1).float().mean())
         self.last_validation = self.dist.mean_dict(metrics)
+        if record:
+            self._record({"step": self.step_count, **self.last_validation})
         return self.last_validation
 
     def train(
