@@ -34,8 +34,15 @@ def ensure_plotlyjs() -> None:
     from IPython.display import HTML, display
     from plotly.offline import get_plotlyjs
 
-    # Hidden; defines window.Plotly for the figure scripts that follow in the page.
-    display(HTML(f'<div style="display:none"><script>{get_plotlyjs()}</script></div>'))
+    # Hidden; defines window.Plotly for the figure scripts that follow in the page. With an AMD
+    # loader on the page (nbconvert's HTML template loads require.js when online) plotly.js would
+    # register as a module instead, so `define` is hidden while it loads.
+    display(HTML(
+        '<div style="display:none"><script>window.__rlnbDefine = window.define; '
+        "window.define = undefined;</script>"
+        f"<script>{get_plotlyjs()}</script>"
+        "<script>window.define = window.__rlnbDefine;</script></div>"
+    ))
     _PLOTLYJS_SHOWN = True
 
 
