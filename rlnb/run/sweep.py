@@ -16,7 +16,7 @@ Implementation choices:
    ``loss_fn.ratio_clip_max=0.2__seed=0``; a failed run does not stop the others, and
    ``sweep.json`` is rewritten after each run, so an interrupted sweep still says what ran.
 3) The report is a notebook built here and executed like any other. Its plotly figures carry
-   plotly.js inline (renderer ``plotly_mimetype+notebook``), so ``report.html`` works offline.
+   plotly.js inline (``rlnb.widgets.show``), so ``report.html`` works offline.
    ``sweep_table`` and ``sweep_figures`` are what it calls; so can any notebook.
 """
 
@@ -294,12 +294,10 @@ def write_report(root: str | Path, *, kernel_name: str | None = None
             "Written by `rlnb sweep`; rerun it in this folder to refresh."),
         v4.new_code_cell('root = "."  # the sweep root', metadata={"tags": ["parameters"]}),
         v4.new_code_cell(
-            "import plotly.io as pio\n\n"
-            "from rlnb.run.sweep import sweep_figures, sweep_table\n\n"
-            "# embeds plotly.js once, here: the exported HTML needs no CDN\n"
-            'pio.renderers.default = "plotly_mimetype+notebook"'),
+            "from rlnb.run.sweep import sweep_figures, sweep_table\n"
+            "from rlnb.widgets import show  # plotly.js inline, once: the HTML needs no CDN"),
         v4.new_code_cell("sweep_table(root)"),
-        v4.new_code_cell("for fig in sweep_figures(root):\n    fig.show()"),
+        v4.new_code_cell("for fig in sweep_figures(root):\n    show(fig)"),
     ])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
                                  "language": "python"}
