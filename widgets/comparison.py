@@ -10,8 +10,6 @@ estimators) as dry-run updates on the same tokens. The numbers come from
 
 from __future__ import annotations
 
-import html
-
 from rlnb.widgets.static import LiveAndStatic, figure_html
 
 
@@ -80,5 +78,5 @@ class EstimatorComparison(LiveAndStatic):
         return self.advantage_html + self.loss_html
 
     def __repr__(self) -> str:
-        return (f"EstimatorComparison({', '.join(map(html.escape, self.advantages))})\n"
+        return (f"EstimatorComparison({', '.join(self.advantages)})\n"
                 f"{self.summary}\n{self.losses}")

@@ -98,7 +98,7 @@ class TokenView(LiveAndStatic):
         self.view = w.HTML()
         self.group.observe(lambda _: self.render(), names="value")
         self.quantity.observe(lambda _: self.render(), names="value")
-        self.widget = w.VBox([w.HBox([self.group]), self.quantity, self.view])
+        self.widget = w.VBox([self.group, self.quantity, self.view])
         self.render()
 
     def render(self) -> None:

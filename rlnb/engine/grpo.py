@@ -131,6 +131,11 @@ class GRPOTrainer:
         )
         self.task = task or build_task(config.data)
         self.env = config.env.build(self.task)  # what steps multi-turn conversations
+        if self.env is not self.task and g.max_rollout_turns == 1:
+            raise ValueError(
+                f"env.name={config.env.name!r} is a multi-turn environment, but "
+                "grpo.max_rollout_turns is 1 (it would never be asked a second turn)"
+            )
         p = config.policy
         self.max_prompt_length = p.max_total_sequence_length - p.generation.max_new_tokens
         self.generator = make_generation_backend(
@@ -425,13 +430,14 @@ class GRPOTrainer:
         rollout = self.rollout()
         advantages = self.compute_advantages(rollout)
         result = self.update(advantages)
-        metrics = {
-            **rollout.metrics,
-            **advantages.metrics,
-            **result.metrics,
-            "timing/train/total_step_time": elapsed(),
-        }
+        return self._step_metrics(rollout, advantages, result, elapsed())
+
+    def _step_metrics(self, rollout, advantages, result, seconds: float | None):
+        """One step's metrics from its three stage results (kept as ``last_batches``)."""
         self.last_batches = (rollout, advantages, result)
+        metrics = {**rollout.metrics, **advantages.metrics, **result.metrics}
+        if seconds is not None:
+            metrics["timing/train/total_step_time"] = seconds
         return metrics
 
     @torch.no_grad()
@@ -498,11 +504,8 @@ class GRPOTrainer:
         logged to the run like a ``train`` step; returns them."""
         if result.dry_run:
             raise ValueError("record_step: a dry-run UpdateResult is not a step (no weights moved)")
-        metrics = {**rollout.metrics, **advantages.metrics, **result.metrics}
-        if seconds is not None:
-            metrics["timing/train/total_step_time"] = seconds
-        self.last_batches = (rollout, advantages, result)
-        metrics = {"step": self.step_count, **metrics}
+        metrics = {"step": self.step_count,
+                   **self._step_metrics(rollout, advantages, result, seconds)}
         self._record(metrics)
         return metrics
 
