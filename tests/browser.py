@@ -427,3 +427,87 @@ def click_button(page: Page, label: str) -> None:
     button = page.locator(WIDGET_BUTTON, has_text=re.compile(rf"^\s*{re.escape(label)}\s*$"))
     button.scroll_into_view_if_needed()
     button.click()
+
+
+# --- driving widgets and cells
+
+
+def wait_for_widget_text(page: Page, pattern: str, *, timeout: float = 30.0) -> str:
+    """Wait until some ipywidgets HTML widget's text matches the regex `pattern`; return it."""
+    page.wait_for_function(
+        """([sel, pat]) => [...document.querySelectorAll(sel)]
+            .some(e => new RegExp(pat).test(e.innerText))""",
+        arg=[WIDGET_HTML, pattern], timeout=timeout * 1000, polling=100,
+    )
+    return next(t for t in widget_texts(page) if re.search(pattern, t))
+
+
+def click_nth_button(page: Page, label: str, nth: int) -> None:
+    """Click the `nth` (0-based, in page order) ipywidgets button labelled exactly `label`."""
+    button = page.locator(WIDGET_BUTTON, has_text=re.compile(rf"^\s*{re.escape(label)}\s*$"))
+    button.nth(nth).scroll_into_view_if_needed()
+    button.nth(nth).click()
+
+
+def _labelled(page: Page, kind: str, label: str):
+    """ipywidgets controls of class `kind` (widget-text, widget-dropdown) whose label is
+    exactly `label`."""
+    return page.locator(f".{kind}", has=page.locator(
+        ".widget-label", has_text=re.compile(rf"^\s*{re.escape(label)}\s*$")))
+
+
+def set_number(page: Page, label: str, value: float, nth: int = 0) -> None:
+    """Type `value` into the number box labelled `label` and press Enter (which sends it)."""
+    box = _labelled(page, "widget-text", label).nth(nth).locator("input")
+    box.scroll_into_view_if_needed()
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def number_value(page: Page, label: str, nth: int = 0) -> float:
+    return float(_labelled(page, "widget-text", label).nth(nth).locator("input").input_value())
+
+
+def select_index(page: Page, label: str, index: int, nth: int = 0) -> None:
+    """Choose option `index` of the `nth` dropdown labelled `label`."""
+    select = _labelled(page, "widget-dropdown", label).nth(nth).locator("select")
+    select.scroll_into_view_if_needed()
+    select.select_option(index=index)
+
+
+def click_toggle(page: Page, value: str, nth: int = 0) -> None:
+    """Click the option `value` of the `nth` ToggleButtons group."""
+    button = page.locator(".widget-toggle-buttons").nth(nth).locator(
+        f'button[data-value="{value}"]')
+    button.scroll_into_view_if_needed()
+    button.click()
+
+
+def run_cell(page: Page, marker: str, *, timeout: float = 60.0) -> tuple[str, float]:
+    """Run the code cell whose source contains `marker` as a user would (click into it,
+    Ctrl+Enter); wait for its new execution count and return (its output text, seconds from
+    the key press to the output)."""
+    cell = page.locator(".jp-CodeCell", has=page.locator(".jp-InputArea", has_text=marker))
+    if cell.count() != 1:
+        raise AssertionError(f"{cell.count()} code cells contain {marker!r}")
+    prompt = cell.locator(".jp-InputPrompt")
+    before = prompt.inner_text().strip()
+    cell.locator(".jp-InputArea-editor").click()
+    start = time.monotonic()
+    page.keyboard.press("Control+Enter")
+    prompt_handle = prompt.element_handle()
+    page.wait_for_function(
+        """([el, old]) => { const t = el.textContent.trim();
+                            return /\\[\\d+\\]/.test(t) && t !== old; }""",
+        arg=[prompt_handle, before], timeout=timeout * 1000, polling=50,
+    )
+    seconds = time.monotonic() - start
+    return cell.locator(".jp-OutputArea").inner_text(), seconds
+
+
+def click_toggle_button(page: Page, label: str) -> None:
+    """Click the ipywidgets ToggleButton (a single on/off button) labelled `label`."""
+    button = page.locator("button.widget-toggle-button",
+                          has_text=re.compile(rf"^\s*{re.escape(label)}\s*$"))
+    button.scroll_into_view_if_needed()
+    button.click()

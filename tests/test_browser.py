@@ -1,7 +1,9 @@
-"""JupyterLab in a real headless Chromium: the tutorial's dashboard and stepper render and step."""
+"""JupyterLab in a real headless Chromium: every control of the tutorial, clicked as a user would,
+with its effect checked in the page and in the kernel."""
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -15,17 +17,24 @@ from browser import (  # noqa: E402
     button_labels,
     chromium,
     click_button,
+    click_nth_button,
+    click_toggle,
+    click_toggle_button,
     dialogs,
     error_outputs,
     find_chromium,
     jupyter_lab,
     notebook_session,
+    number_value,
+    plot_trace_lengths,
     plot_traces,
     run_all_cells,
+    run_cell,
+    select_index,
+    set_number,
     wait_for_more_points,
-    widget_texts,
+    wait_for_widget_text,
 )
-from playwright.sync_api import TimeoutError as PlaywrightTimeoutError  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     find_chromium() is None,
@@ -100,9 +109,38 @@ def test_lab_renders_figurewidget_and_button_callback(lab, browser, tmp_path):
         assert wait_for_more_points(nb.page, 0, than=2, timeout=30) == 3
 
 
-def fast_copy_of_tutorial(dst: Path) -> None:
+# Appended to the tutorial copy: the kernel's side of every check, printed as one JSON line.
+# Run through the page (click into the cell, Ctrl+Enter), so it is also the "cell executed
+# while training runs" of the issue.
+PROBE = """# PROBE: the kernel's view for tests/test_browser.py
+import json as _json
+_cfg = trainer.config
+_adam = [int(s["step"]) for s in trainer.policy.optimizer.state.values() if "step" in s]
+_logged = [r["step"] for r in run.run_dir.read_metrics() if "train/reward" in r]
+_rows = _cfg.grpo.num_prompts_per_step * _cfg.grpo.num_generations_per_prompt
+print("STATE " + _json.dumps({
+    "step": trainer.step_count, "running": dash.running,
+    "plotted": len(dash.columns.get("train/reward", ([], []))[0]),
+    "last_logged": max(_logged, default=0), "last_rollouts": max(run.run_dir.rollout_steps()),
+    "adam_steps": max(_adam, default=0),
+    "optimizer_steps_per_step": -(-_rows // _cfg.policy.train_global_batch_size),
+    "lr": _cfg.policy.optimizer.lr, "optimizer_lr": trainer.policy.optimizer.param_groups[0]["lr"],
+    "lr_by_step": [[m["step"], m.get("train/lr")] for m in dash.history if "train/lr" in m],
+    "clip_max": _cfg.loss_fn.ratio_clip_max,
+    "next_stage": stepper.next_stage, "has_rollout": stepper.rollout is not None,
+    "has_advantages": stepper.advantages is not None,
+    "cards": [dash.info.value, dash.cards.layout.display],
+    "token_quantity": tokens.quantity.value, "token_group": tokens.group.value,
+    "inspector_group": inspector.group.value,
+    "group_prompts": {g: batch.prompts[batch.group.tolist().index(g)]
+                      for g in set(batch.group.tolist())},
+}))"""
+
+
+def fast_copy_of_tutorial(dst: Path, *, probe: bool = False) -> None:
     """Copy the tutorial with its parameters cell switched to `fast = True` and the kernel set
-    to the lab's python3 (whatever kernel name the notebook was saved with)."""
+    to the lab's python3 (whatever kernel name the notebook was saved with); `probe` appends
+    the PROBE cell."""
     nb = json.loads(TUTORIAL.read_text())
     tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1, f"{TUTORIAL.name} needs exactly one cell tagged 'parameters'"
@@ -111,6 +149,8 @@ def fast_copy_of_tutorial(dst: Path) -> None:
     source, n = re.subn(r"^fast\s*=\s*False\b", "fast = True", source, flags=re.M)
     assert n == 1, f"{TUTORIAL.name}'s parameters cell needs a line `fast = False`:\n{source}"
     cell["source"] = source
+    if probe:
+        nb["cells"].append({**code_cell(PROBE), "id": "rlnb-test-probe"})
     nb["metadata"]["kernelspec"] = KERNELSPEC
     dst.write_text(json.dumps(nb))
 
@@ -127,31 +167,155 @@ def dashboard_index(traces: list[dict]) -> int:
     return 0
 
 
-def test_grpo_step_by_step_dashboard_and_stepper_in_the_browser(lab, browser, tmp_path):
-    """01_grpo_step_by_step with fast=True: Run All Cells raises nothing, the live dashboard
-    and the stage stepper render, and a click on "Step" runs one GRPO step that adds one point
-    to the dashboard's reward trace."""
-    fast_copy_of_tutorial(lab.root / TUTORIAL.name)
-    with notebook_session(browser, lab, TUTORIAL.name, tmp_path) as nb:
-        run_all_cells(nb.page, timeout=180)
-        assert error_outputs(nb.page) == []
-        assert dialogs(nb.page) == []
+def kernel_state(page) -> tuple[dict, float]:
+    """Run the PROBE cell through the page: (the kernel's state, seconds it took to answer)."""
+    text, seconds = run_cell(page, "# PROBE", timeout=60)
+    line = next((x for x in text.splitlines() if x.startswith("STATE ")), None)
+    assert line is not None, f"the probe cell printed no state:\n{text}"
+    return json.loads(line.removeprefix("STATE ")), seconds
 
-        nb.page.wait_for_selector(PLOTLY_GRAPH, timeout=60_000)
-        traces = plot_traces(nb.page)
-        assert traces and all(t["traces"] >= 1 for t in traces), traces
-        labels = button_labels(nb.page)
+
+def assert_completed_step(state: dict) -> None:
+    """Weights, optimizer and run directory are those of a completed step: every step the
+    trainer counts took its optimizer steps, was logged and wrote its rollouts."""
+    step = state["step"]
+    assert state["adam_steps"] == step * state["optimizer_steps_per_step"], state
+    assert state["last_logged"] == step and state["last_rollouts"] == step, state
+    assert state["plotted"] == step, state
+
+
+def stepper_click(page, label: str, expect: str) -> str:
+    """Click a stepper button and wait for the stepper's view (or label) to show `expect`."""
+    click_button(page, label)
+    return wait_for_widget_text(page, expect, timeout=60)
+
+
+def run_n_then_stop(page, graph: int, stop_nth: int) -> dict:
+    """Run N from the stepper, check that a cell answers while it trains, click the `stop_nth`
+    Stop button (0 = the dashboard's, 1 = the stepper's) and check that training ends after a
+    whole step, in the page and in the kernel. Returns the kernel state after the stop."""
+    set_number(page, "N", 5000)
+    before = plot_trace_lengths(page)[graph]
+    click_button(page, "Run N")
+    wait_for_more_points(page, graph, than=before + 2, timeout=60)  # training, plotted live
+    state, seconds = kernel_state(page)
+    assert state["running"], f"the probe ran after training ended: {state}"
+    assert seconds < 5, f"a cell took {seconds:.1f} s to answer during Run N"
+    clicked = time.monotonic()
+    click_nth_button(page, "Stop", stop_nth)
+    wait_for_widget_text(page, r"stopped: \d+ steps", timeout=30)
+    ended = time.monotonic() - clicked
+    state, _ = kernel_state(page)
+    assert not state["running"] and state["step"] < 5000, state
+    assert ended < 5, f"training ended {ended:.1f} s after Stop was clicked"
+    print(f"Run N: a cell answered in {seconds:.2f} s; Stop (button {stop_nth}) ended training "
+          f"{ended:.2f} s after the click")
+    assert_completed_step(state)
+    return state
+
+
+def test_tutorial_controls_in_the_browser(lab, browser, tmp_path):
+    """01_grpo_step_by_step with fast=True, Run All, then every control clicked through the
+    page: each click's effect is checked in the page and, through a cell run in the page, in
+    the kernel. A control whose click has no effect fails here."""
+    fast_copy_of_tutorial(lab.root / TUTORIAL.name, probe=True)
+    with notebook_session(browser, lab, TUTORIAL.name, tmp_path) as nb:
+        page = nb.page
+        run_all_cells(page, timeout=240)
+        assert error_outputs(page) == [] and dialogs(page) == []
+        page.wait_for_selector(PLOTLY_GRAPH, timeout=60_000)
+        traces = plot_traces(page)
+        labels = button_labels(page)
         for label in STEPPER_LABELS:
             assert any(re.fullmatch(label, text) for text in labels), (label, labels)
-
         graph = dashboard_index(traces)
-        before = traces[graph]["points"]
-        assert before is not None, f"the dashboard's first trace has no x values: {traces}"
-        click_button(nb.page, "Step")
-        try:
-            after = wait_for_more_points(nb.page, graph, than=before, timeout=120)
-        except PlaywrightTimeoutError:  # the stepper shows a failed step's error in its view
-            raise AssertionError(f"no new dashboard point 120 s after Step (still {before}); "
-                                 f"widget texts: {widget_texts(nb.page)}") from None
-        assert after == before + 1
-        assert error_outputs(nb.page) == []
+        state, _ = kernel_state(page)
+        assert_completed_step(state)
+        step = state["step"]
+
+        # --- stage stepper: out of order (refused, nothing changes), then in order
+        stepper_click(page, "Advantages", "run Rollout first")
+        stepper_click(page, "Update", "run Advantages first")
+        stepper_click(page, "Rollout", rf"RolloutBatch\(step={step}\)")
+        stepper_click(page, "Update", "run Advantages first")
+        state, _ = kernel_state(page)
+        assert (state["step"], state["next_stage"], state["has_rollout"]) == (
+            step, "Advantages", True), state
+        stepper_click(page, "Advantages", r"AdvantageBatch\(")
+        before = plot_trace_lengths(page)[graph]
+        stepper_click(page, "Update", rf"UpdateResult\(step={step + 1}\)")
+        assert wait_for_more_points(page, graph, than=before, timeout=60) == before + 1
+        stepper_click(page, "Update", "already been trained on")  # the same batch twice
+        stepper_click(page, "Advantages", "already been trained on")
+        state, _ = kernel_state(page)
+        assert state["step"] == step + 1 and state["next_stage"] == "Rollout", state
+        assert_completed_step(state)
+        click_button(page, "Step")
+        assert wait_for_more_points(page, graph, than=before + 1, timeout=60) == before + 2
+        state, _ = kernel_state(page)
+        assert state["step"] == step + 2, state
+        assert_completed_step(state)
+
+        # --- Run N, then each Stop button in turn
+        run_n_then_stop(page, graph, stop_nth=1)  # the stepper's Stop
+        run_n_then_stop(page, graph, stop_nth=0)  # the dashboard's Stop
+
+        # --- config panel: Apply while idle, Apply during Run N, a refused value, Reset
+        set_number(page, "clip ε high", 0.28)
+        click_button(page, "Apply")
+        wait_for_widget_text(page, r"applied from step \d+[\s\S]*loss_fn\.ratio_clip_max")
+        state, _ = kernel_state(page)
+        assert state["clip_max"] == 0.28, state
+        old_lr = state["lr"]
+        set_number(page, "N", 5000)
+        before = plot_trace_lengths(page)[graph]
+        click_button(page, "Run N")
+        wait_for_more_points(page, graph, than=before + 2, timeout=60)
+        set_number(page, "learning rate", 0.00123)
+        click_button(page, "Apply")
+        text = wait_for_widget_text(page, r"applied from step \d+[\s\S]*policy\.optimizer\.lr",
+                                    timeout=30)
+        first_new = int(re.search(r"applied from step (\d+)", text).group(1))
+        wait_for_more_points(page, graph, than=plot_trace_lengths(page)[graph] + 1, timeout=60)
+        click_nth_button(page, "Stop", 0)
+        wait_for_widget_text(page, r"stopped: \d+ steps", timeout=30)
+        state, _ = kernel_state(page)
+        assert state["lr"] == state["optimizer_lr"] == 0.00123, state
+        lrs = dict(state["lr_by_step"])
+        assert first_new - 1 in lrs and max(lrs) >= first_new, (first_new, lrs)
+        wrong = {s: v for s, v in lrs.items() if v != (0.00123 if s >= first_new else old_lr)}
+        assert not wrong, (first_new, wrong)  # the change landed between two steps
+        assert_completed_step(state)
+
+        set_number(page, "clip ε high", -1)  # refused: a clip bound must be >= 0
+        click_button(page, "Apply")
+        wait_for_widget_text(page, r"refused: [\s\S]*loss_fn\.ratio_clip_max")
+        assert number_value(page, "clip ε high") == 0.28  # the field shows the trainer's value
+        state, _ = kernel_state(page)
+        assert state["clip_max"] == 0.28, state
+        set_number(page, "learning rate", 0.5)
+        click_button(page, "Reset")
+        wait_for_widget_text(page, "showing the trainer's values")
+        assert number_value(page, "learning rate") == 0.00123
+        state, _ = kernel_state(page)
+        assert state["lr"] == 0.00123, state
+
+        # --- token view and inspector selectors, metric cards toggle
+        click_toggle(page, "entropy", nth=0)
+        wait_for_widget_text(page, "colour: entropy")
+        select_index(page, "group", 1, nth=1)  # nth 0 is the inspector's, 1 the token view's
+        wait_for_widget_text(page, r"colour: entropy[\s\S]*\[4\]")  # group 1: rows 4..7
+        select_index(page, "group", 2, nth=0)
+        state, _ = kernel_state(page)
+        assert (state["token_quantity"], state["token_group"], state["inspector_group"]) == (
+            "entropy", 1, 2), state
+        wait_for_widget_text(page, re.escape(state["group_prompts"]["2"]) + " — answer")
+        cards = page.locator(".widget-html", has_text="formula:").first
+        assert not cards.is_visible()
+        click_toggle_button(page, "metric cards")
+        cards.wait_for(state="visible", timeout=10_000)
+        state, _ = kernel_state(page)
+        assert state["cards"] == [True, "block"], state
+        click_toggle_button(page, "metric cards")
+        cards.wait_for(state="hidden", timeout=10_000)
+        assert error_outputs(page) == []

@@ -3,6 +3,8 @@ figure data after an update, static twins, metric cards; on a real tiny trainer.
 
 import json
 import math
+import threading
+import time
 
 import pytest
 import torch
@@ -97,8 +99,6 @@ def test_dashboard_trains_in_background_and_stop_ends_after_a_whole_step():
     dash.run(200, background=True)
     assert dash.running and not dash.stop_button.disabled
     deadline = 120
-    import time
-
     start = time.time()
     while len(dash.history) < 1 and time.time() - start < deadline:
         time.sleep(0.05)
@@ -137,6 +137,11 @@ def test_stepper_buttons_run_the_stages_in_order(tmp_path):
     records = run.run_dir.read_metrics()
     assert [r["step"] for r in records] == [1] and "train/loss" in records[0]
     assert (run.path / "rollouts" / "step_000001.parquet").exists()
+
+    stepper.buttons["Update"].click()  # the same batch again: refused, nothing trained
+    assert "already been trained on" in stepper.view.value and trainer.step_count == 1
+    stepper.buttons["Advantages"].click()
+    assert "already been trained on" in stepper.view.value
 
     stepper.buttons["Step"].click()
     assert trainer.step_count == 2 and list(dash.fig.data[0].x) == [1, 2]
@@ -249,3 +254,40 @@ def test_reconfigure_refuses_keys_that_change_shapes():
         trainer.reconfigure({"policy.train_global_batch_size": 8})
     with pytest.raises(ValueError, match="ratio_clip_maxx|ratio_clip_max"):
         trainer.reconfigure({"loss_fn.ratio_clip_maxx": 0.3})
+
+
+def test_config_panel_applies_during_background_training_between_two_steps():
+    trainer = make_trainer()
+    dash = Dashboard(trainer)
+    panel = ConfigPanel(trainer)  # finds the dashboard that trains this trainer
+    gate = threading.Event()
+    original_step = trainer.step
+
+    def slow_step():  # hold each step until the test lets it go
+        gate.wait(30)
+        gate.clear()
+        return original_step()
+
+    trainer.step = slow_step
+    dash.run(50, background=True)
+    panel.controls["policy.optimizer.lr"].value = 2e-3
+    panel.apply()  # a step is in progress: queued, nothing changed yet
+    assert "applies after step 1" in panel.message.value
+    assert trainer.config.policy.optimizer.lr == 5e-4
+    gate.set()  # step 1 ends; the change lands before step 2 starts
+    deadline = time.time() + 60
+    while "applied from step" not in panel.message.value and time.time() < deadline:
+        time.sleep(0.01)
+    assert "applied from step 2" in panel.message.value
+    assert trainer.config.policy.optimizer.lr == 2e-3
+    panel.controls["loss_fn.ratio_clip_max"].value = 0.3
+    panel.apply()
+    panel.reset()  # cancels the queued change
+    assert "cancelled" in panel.message.value
+    assert panel.controls["loss_fn.ratio_clip_max"].value == 0.2
+    dash.stop()
+    gate.set()
+    dash.wait(timeout=60)
+    assert trainer.config.loss_fn.ratio_clip_max == 0.2  # the cancelled change never landed
+    lrs = [m["train/lr"] for m in dash.history]
+    assert lrs[0] == 5e-4 and set(lrs[1:]) == {2e-3}, lrs

@@ -4,7 +4,10 @@
 
 Apply goes through ``GRPOTrainer.reconfigure``, which validates the values like a config file
 and refuses keys that cannot change mid-run (shapes, the model, the data). The panel shows what
-changed, or the error, and keeps the trainer's previous values on an error.
+changed and from which step, or the error, and keeps the trainer's previous values on an error.
+While a dashboard trains in the background, a valid change is checked at once and applied by the
+training thread between two steps (``Dashboard.call_between_steps``), so no step runs with half
+of it; Reset before that cancels it and shows the trainer's values again.
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ def get_dotted(config, key: str):
 
 
 class ConfigPanel(LiveAndStatic):
-    def __init__(self, trainer, fields: dict = FIELDS):
+    def __init__(self, trainer, fields: dict = FIELDS, *, dashboard=None):
         import ipywidgets as w
 
         self.trainer = trainer
+        self.dashboard = dashboard  # None: whichever Dashboard trains this trainer
+        self._queued = None  # the change waiting for the end of the step in progress
         self.controls = {}
         for key, (label, kind, options) in fields.items():
             value = get_dotted(trainer.config, key)
@@ -69,21 +74,55 @@ class ConfigPanel(LiveAndStatic):
                 if c.value != get_dotted(self.trainer.config, k)}
 
     def apply(self) -> dict:
-        """Send the edited values to the trainer; returns ``{key: (old, new)}``."""
+        """Send the edited values to the trainer; returns ``{key: (old, new)}`` (during
+        background training: the changes that will apply after the step in progress)."""
+        from rlnb.widgets.dashboard import Dashboard
+
+        pending = self.pending()
         try:
-            changed = self.trainer.reconfigure(self.pending())
+            changed = self.trainer.reconfigure(pending, dry_run=True)  # validate only
         except ValueError as err:
-            self.message.value = f"<pre style='color:#b00'>{html.escape(str(err))}</pre>"
-            self.reset()
+            self._refused(err)
             return {}
-        rows = [{"key": k, "old": o, "new": n} for k, (o, n) in changed.items()]
-        self.message.value = (f"<i>applied from step {self.trainer.step_count + 1}:</i>"
-                              + table_html(rows) if rows else "<i>nothing changed</i>")
+        if not changed:
+            self.message.value = "<i>nothing changed</i>"
+            return {}
+        dash = self.dashboard or Dashboard.training(self.trainer)
+        token = self._queued = object()
+
+        def apply_now():
+            if self._queued is not token:  # Reset cancelled it
+                return
+            self._queued = None
+            try:
+                done = self.trainer.reconfigure(pending)
+            except ValueError as err:  # the config moved on since the check
+                self._refused(err)
+                return
+            rows = [{"key": k, "old": o, "new": n} for k, (o, n) in done.items()]
+            self.message.value = (f"<i>applied from step {self.trainer.step_count + 1}:</i>"
+                                  + table_html(rows))
+
+        if dash is not None and dash.call_between_steps(apply_now):
+            self.message.value = (f"<i>training is running: applies after step "
+                                  f"{self.trainer.step_count + 1} ends…</i>")
+        elif dash is None:
+            apply_now()
         return changed
 
-    def reset(self) -> None:
+    def _refused(self, err: Exception) -> None:
+        self.message.value = (f"<pre style='color:#b00'>refused: {html.escape(str(err))}</pre>")
+        self.reset(keep_message=True)
+
+    def reset(self, *, keep_message: bool = False) -> None:
+        """Show the trainer's values again (and cancel a change still waiting to apply)."""
+        cancelled = self._queued is not None
+        self._queued = None
         for key, ctrl in self.controls.items():
             ctrl.value = get_dotted(self.trainer.config, key)
+        if not keep_message:
+            self.message.value = ("<i>cancelled; showing the trainer's values</i>" if cancelled
+                                  else "<i>showing the trainer's values</i>")
 
     def static_html(self) -> str:
         rows = [{"key": k, "value": get_dotted(self.trainer.config, k)} for k in self.controls]

@@ -3,7 +3,7 @@
     dash = Dashboard(trainer)
     dash.display()          # live plots + Stop button + metric cards (info toggle)
     dash.run(200)           # trains in a background thread; the kernel stays free
-    dash.wait()             # block until it ends (a headless run blocks in run() already)
+    await dash.finished()   # wait in a cell; clicks (Stop) still reach the kernel meanwhile
 
 It only reads: metrics dicts from ``trainer.train`` (or ``update(metrics)`` from any loop), so
 the trainer never knows a dashboard exists (the UI hangs off the loop).
@@ -16,7 +16,16 @@ Implementation choices:
    after a complete step (weights, optimizer and run directory stay consistent). Headless
    (``RLNB_HEADLESS=1``, set by ``rlnb run``/``sweep``/``launch``, or no IPython kernel) it runs in
    the calling thread: papermill then waits for training like for any cell.
-3) The static twin (``static_html``) is a plotly figure plus a table of the last values; it is
+3) While it trains, the figure is redrawn at most every ``redraw_interval`` seconds (and once at
+   the end), never once per step. A tiny model takes tens of steps a second, and each redraw
+   sends every trace's whole history: one redraw per step flooded the browser, whose main
+   thread then queued a click on Stop behind seconds of plot updates, so the click reached the
+   kernel after training had ended. A direct ``update(metrics)`` (a step taken by hand) still
+   redraws at once.
+4) ``call_between_steps(fn)`` runs ``fn`` in the training thread after the step in progress:
+   the config panel applies a change made during training that way, so no step ever sees half
+   of it.
+5) The static twin (``static_html``) is a plotly figure plus a table of the last values; it is
    refreshed in the saved output when a run ends.
 """
 
@@ -26,6 +35,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,17 +128,32 @@ def build_figure(panels: tuple[Panel, ...], cols: int = 3):
 class Dashboard(LiveAndStatic):
     """Live plots of a training run; ``update(metrics)`` takes one step's metrics dict."""
 
+    _instances: weakref.WeakSet = weakref.WeakSet()
+
+    @classmethod
+    def training(cls, trainer) -> Dashboard | None:
+        """The dashboard training ``trainer`` in the background right now, if any."""
+        return next((d for d in list(cls._instances) if d.trainer is trainer and d.running), None)
+
     def __init__(self, trainer=None, *, panels: tuple[Panel, ...] = DEFAULT_PANELS,
-                 history: Iterable[dict[str, Any]] = ()):
+                 history: Iterable[dict[str, Any]] = (), redraw_interval: float = 0.5):
         import ipywidgets as w
 
         self.trainer = trainer
         self.panels = panels
+        self.redraw_interval = redraw_interval
+        self._last_redraw = -math.inf
+        self._between_steps: list = []  # callables queued for the training thread
+        self._loop_open = False  # the training thread still takes queued callables
+        self._queue_lock = threading.Lock()
+        Dashboard._instances.add(self)
         self.fig, self._index = build_figure(panels)
         self.columns: dict[str, tuple[list[float], list[float]]] = {}  # key -> (steps, values)
         self.history: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._running = False
+        self._on_running_change: list = []  # callables: training started or ended
         self.error: BaseException | None = None
         self.stop_button = w.Button(description="Stop", icon="stop", button_style="danger",
                                     disabled=True, tooltip="end training after the current step")
@@ -161,6 +186,7 @@ class Dashboard(LiveAndStatic):
 
     def redraw(self) -> None:
         """Push the columns into the figure (one batched message)."""
+        self._last_redraw = time.monotonic()
         empty: tuple[list[float], list[float]] = ([], [])
         with self.fig.batch_update():
             for (key, role), i in self._index.items():
@@ -190,7 +216,14 @@ class Dashboard(LiveAndStatic):
     # ------------------------------------------------------------------ training
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """True from ``run`` until the last step is plotted (cleared before the Stop button is
+        disabled, so observers of that button already see training as ended)."""
+        return self._running
+
+    @property
+    def stopping(self) -> bool:
+        """Stop was clicked and the step in progress has not ended yet."""
+        return self._running and self._stop.is_set()
 
     def run(self, num_steps: int, *, background: bool | None = None) -> None:
         """Train ``num_steps`` steps with ``trainer.train``, plotting each step as it ends."""
@@ -202,7 +235,9 @@ class Dashboard(LiveAndStatic):
         self._stop.clear()
         self.error = None
         self.stop_button.disabled = False
+        self._set_running(True)
         if background:
+            self._loop_open = True
             self._thread = threading.Thread(target=self._loop, args=(num_steps,), daemon=True)
             self._thread.start()
         else:
@@ -216,14 +251,23 @@ class Dashboard(LiveAndStatic):
         try:
             for metrics in steps:
                 done += 1
-                self.update(metrics)
+                self.update(metrics, redraw=False)
+                if time.monotonic() - self._last_redraw >= self.redraw_interval:
+                    self.redraw()  # throttled: see choice 3
+                    self.status.value = self._status_text(f"step {metrics.get('step', done)}")
+                self._run_between_steps()
                 if self._stop.is_set():
                     break
         except BaseException as err:  # shown in the status line; re-raised by run/wait
             self.error = err
         finally:
             steps.close()
+            with self._queue_lock:
+                self._loop_open = False
+            self._run_between_steps()  # a change queued during the last step still lands
+            self.redraw()
             self.stop_button.disabled = True
+            self._set_running(False)
             how = "stopped" if self._stop.is_set() else "failed" if self.error else "done"
             self.status.value = self._status_text(
                 f"{how}: {done} steps in {time.perf_counter() - start:.1f} s"
@@ -231,11 +275,46 @@ class Dashboard(LiveAndStatic):
             )
             self.refresh_static()
 
+    def on_running_change(self, fn) -> None:
+        """Call ``fn()`` whenever training starts or ends (the stepper greys its buttons)."""
+        self._on_running_change.append(fn)
+
+    def _set_running(self, running: bool) -> None:
+        self._running = running
+        for fn in self._on_running_change:
+            fn()
+
+    def call_between_steps(self, fn) -> bool:
+        """Run ``fn()`` after the step in progress if training runs in the background (returns
+        True), else at once (returns False)."""
+        with self._queue_lock:
+            if self._loop_open:
+                self._between_steps.append(fn)
+                return True
+        fn()
+        return False
+
+    def _run_between_steps(self) -> None:
+        with self._queue_lock:
+            pending, self._between_steps = self._between_steps, []
+        for fn in pending:
+            fn()  # callers report their own errors (the config panel shows them)
+
     def stop(self) -> None:
         """End training after the step in progress."""
         self._stop.set()
         self.stop_button.disabled = True
         self.status.value = self._status_text("stopping after this step…")
+
+    async def finished(self, poll: float = 0.1) -> None:
+        """``await dash.finished()``: wait for background training in a cell while the kernel
+        keeps handling clicks (a blocking ``wait()`` holds the kernel, so a Stop clicked
+        meanwhile would only be read after training ended); re-raises its error."""
+        import asyncio
+
+        while self.running:
+            await asyncio.sleep(poll)
+        self.wait()
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until background training ends; re-raises its error."""

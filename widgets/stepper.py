@@ -29,6 +29,7 @@ class StageStepper(LiveAndStatic):
         self.trainer = trainer
         self.dashboard = dashboard if dashboard is not None else Dashboard(trainer)
         self.rollout = self.advantages = self.result = None
+        self._trained = False  # the current batch has been through Update: roll out again
         self._started: float | None = None
         self.next_stage = "Rollout"
         self.buttons = {
@@ -53,7 +54,7 @@ class StageStepper(LiveAndStatic):
                     self.buttons["Run N"], self.buttons["Stop"]]),
             self.label, self.view,
         ])
-        self.dashboard.stop_button.observe(self._sync_running, names="disabled")
+        self.dashboard.on_running_change(self._refresh)
         self._refresh()
 
     # ------------------------------------------------------------------ actions
@@ -73,6 +74,7 @@ class StageStepper(LiveAndStatic):
         self._started = time.perf_counter()
         self.rollout = self.trainer.rollout()
         self.advantages = self.result = None
+        self._trained = False
         self.next_stage = "Advantages"
         frame = self.rollout.to_frame()
         self._show(_pre(self.rollout.summary()) + frame.head(32).to_html(max_rows=32))
@@ -82,6 +84,7 @@ class StageStepper(LiveAndStatic):
         self._check_idle()
         if self.rollout is None:
             raise ValueError("run Rollout first: there is no batch to compute advantages on")
+        self._check_untrained()
         self.advantages = self.trainer.compute_advantages(self.rollout)
         self.next_stage = "Update"
         frame = self.advantages.to_frame()
@@ -90,9 +93,11 @@ class StageStepper(LiveAndStatic):
 
     def do_update(self):
         self._check_idle()
+        self._check_untrained()
         if self.advantages is None:
             raise ValueError("run Advantages first: Update trains on an AdvantageBatch")
         self.result = self.trainer.update(self.advantages)
+        self._trained = True
         seconds = time.perf_counter() - self._started if self._started else None
         metrics = self.trainer.record_step(self.rollout, self.advantages, self.result, seconds)
         self.dashboard.update(metrics)
@@ -105,6 +110,7 @@ class StageStepper(LiveAndStatic):
         for metrics in self.trainer.train(1):
             self.dashboard.update(metrics)
         self.rollout, self.advantages, self.result = self.trainer.last_batches
+        self._trained = True
         self.next_stage = "Rollout"
         self._show(_pre(f"step {self.trainer.step_count}\n{self.result.summary()}"))
         return metrics
@@ -117,17 +123,19 @@ class StageStepper(LiveAndStatic):
                         f"ran to step {self.trainer.step_count}"))
 
     # ------------------------------------------------------------------ views
+    def _check_untrained(self):
+        if self._trained:
+            raise ValueError("run Rollout first: this batch has already been trained on (its "
+                             "log-probs are no longer the policy's)")
+
     def _check_idle(self):
         if self.dashboard.running:
             raise RuntimeError("training is running (Run N); click Stop first")
 
-    def _sync_running(self, change=None):
-        self._refresh()
-
     def _refresh(self):
         running = self.dashboard.running
         for name, button in self.buttons.items():
-            button.disabled = running if name != "Stop" else not running
+            button.disabled = running if name != "Stop" else not running or self.dashboard.stopping
             button.button_style = "primary" if name == self.next_stage and not running else ""
         self.label.value = (
             f"<i>step {self.trainer.step_count} done — next stage: <b>{self.next_stage}</b></i>"

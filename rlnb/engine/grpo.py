@@ -518,11 +518,14 @@ class GRPOTrainer:
         "policy.generation.top_p", "policy.generation.top_k",
     )
 
-    def reconfigure(self, overrides: dict[str, Any] | list[str]) -> dict[str, tuple[Any, Any]]:
+    def reconfigure(
+        self, overrides: dict[str, Any] | list[str], *, dry_run: bool = False
+    ) -> dict[str, tuple[Any, Any]]:
         """Change hyperparameters between steps: ``{"loss_fn.ratio_clip_max": 0.28}``.
 
         Validated like a config file (unknown keys fail with the closest name); only keys that
-        can change mid-run are accepted (``RECONFIGURABLE``). Returns ``{key: (old, new)}``.
+        can change mid-run are accepted (``RECONFIGURABLE``). Returns ``{key: (old, new)}``;
+        ``dry_run=True`` only validates and returns what would change.
         """
         from rlnb.run.config import load_config
 
@@ -549,6 +552,8 @@ class GRPOTrainer:
             )
         old_flat, new_flat = _flat(self.config.model_dump()), _flat(new.model_dump())
         changed = {k: (old_flat.get(k), v) for k, v in new_flat.items() if old_flat.get(k) != v}
+        if dry_run:
+            return changed
         self.config = new
         self.need_reference = need_ref
         self.loss_fn = ClippedPGLossFn(new.loss_fn)

@@ -253,7 +253,9 @@ class Policy:
             merged.update(
                 global_valid_seqs=float(n_seq),
                 global_valid_toks=float(n_tok),
-                lr=self.scheduler.get_last_lr()[0],
+                # the lr this step uses (reconfigure sets it between steps; the scheduler's
+                # get_last_lr() would still report the old value for one step)
+                lr=self.optimizer.param_groups[0]["lr"],
             )
             if not dry_run:
                 max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
