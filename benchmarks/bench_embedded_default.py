@@ -16,9 +16,9 @@ import time
 
 import torch
 
-from rlnb.engine.grpo import GRPOTrainer
-from rlnb.engine.sft import warm_start
-from rlnb.run.config import load_config
+from rlnb.engine.trainers.grpo import GRPOTrainer
+from rlnb.engine.trainers.warm_start import warm_start
+from rlnb.run.master_config import load_config
 
 
 def run_seed(seed: int, minutes: float, config: str, val_every: int, extra=()) -> dict:

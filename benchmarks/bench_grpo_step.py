@@ -38,12 +38,12 @@ import time
 
 import torch
 
-import rlnb.engine.generation as generation
-import rlnb.engine.grpo as grpo
-import rlnb.engine.policy as policy
-from rlnb.engine.generation import response_mask_and_truncation, tokenize_prompts
-from rlnb.engine.grpo import GRPOTrainer
-from rlnb.run.config import load_config
+import rlnb.engine.models.generation as generation
+import rlnb.engine.models.policy as policy
+import rlnb.engine.trainers.grpo as grpo
+from rlnb.engine.models.generation import response_mask_and_truncation, tokenize_prompts
+from rlnb.engine.trainers.grpo import GRPOTrainer
+from rlnb.run.master_config import load_config
 
 BASE = ["grpo.val_period=0", "sft.enabled=false"]
 CONFIGS = {

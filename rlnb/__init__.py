@@ -9,10 +9,15 @@ Shape legend (used in every docstring and ``# [..]`` comment of the package):
     S   the seed's padded sequence length; stored per-token tensors are [B, S] with index t =
         quantity for token t, current-policy log-probs are [B, S-1] with index t = log-prob of
         token t+1 (see ``rlnb.algorithms.logprobs``)
+    L   prompt tokens (left-padded), so S = L + R
+    R   response tokens (right-padded)
     V   vocabulary size
+    W   processes (ranks) under accelerate
 
-Layers: ``rlnb.algorithms`` (pure tensor math), then the engine and run plumbing. Nothing in
-``rlnb`` imports Jupyter packages; the UI layer is ``rlnb.widgets``.
+Layers, each importing only the ones before it: ``rlnb.algorithms`` (pure tensor math) <-
+``rlnb.engine`` (models, environments, trainers) <- ``rlnb.run`` (configs, run directories,
+checkpoints, notebooks) <- ``rlnb.widgets``, ``rlnb.nemo`` and the CLI. Nothing in ``rlnb``
+imports Jupyter packages; the UI layer is ``rlnb.widgets``.
 """
 
 from rlnb.algorithms import *  # noqa: F401,F403
@@ -23,16 +28,17 @@ __version__ = "0.1.0"
 # The engine and run plumbing load transformers; they are imported on first use, so that
 # `import rlnb` stays light (the algorithm layer needs only torch).
 _LAZY = {
-    "GRPOTrainer": "rlnb.engine.grpo",
-    "GRPOConfig": "rlnb.engine.grpo",
-    "Policy": "rlnb.engine.policy",
+    "GRPOTrainer": "rlnb.engine.trainers.grpo",
+    "GRPOConfig": "rlnb.engine.trainers.grpo",
+    "Policy": "rlnb.engine.models.policy",
     "RolloutBatch": "rlnb.engine.batches",
     "AdvantageBatch": "rlnb.engine.batches",
     "UpdateResult": "rlnb.engine.batches",
+    "StepMetrics": "rlnb.engine.batches",
     "TrainingRun": "rlnb.run.session",
-    "auto_accelerator": "rlnb.run.session",
-    "RLNBConfig": "rlnb.run.config",
-    "load_config": "rlnb.run.config",
+    "auto_accelerator": "rlnb.run.accelerator",
+    "MasterConfig": "rlnb.run.master_config",
+    "load_config": "rlnb.run.master_config",
 }
 __all__ = [*_algorithms_all, *_LAZY, "__version__"]
 

@@ -27,7 +27,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from rlnb.run.session import TrainingRun, auto_accelerator
+    from rlnb.run.accelerator import auto_accelerator
+    from rlnb.run.session import TrainingRun
 
     items = list(args.items)
     config = items.pop(0) if items and "=" not in items[0] else None

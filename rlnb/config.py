@@ -7,15 +7,20 @@ next to the code it configures. They share this base so that:
    ``ratio_clip_mx`` would then silently train with the default, so rlnb refuses it), and the
    message names the key's dotted path and the closest valid name;
 2) bad values fail at load time with the same dotted path;
-3) a section can be given as a model, a plain dict (NeMo-RL style) or ``None`` (defaults).
+3) a section can be given as a model, a plain dict (NeMo-RL style) or ``None`` (defaults);
+4) dotted overrides (``loss_fn.ratio_clip_max=0.28``, the value read as YAML) are applied to the
+   plain data before validation, so they are checked like a file. They live here, below every
+   layer, because both the run layer (config files) and the engine (``reconfigure`` between
+   steps) apply them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from difflib import get_close_matches
 from typing import Any, TypeVar
 
+import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 C = TypeVar("C", bound="Config")
@@ -71,3 +76,53 @@ def parse_config(model: type[C], data: C | Mapping[str, Any] | None, where: str 
         return model.model_validate(dict(data))
     except ValidationError as err:
         raise ValueError(format_validation_error(err, model, where)) from None
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``"a.b=0.2"`` -> ``(["a", "b"], 0.2)`` (the value read as YAML)."""
+    if not isinstance(item, str) or "=" not in item:
+        raise ValueError(f"override {item!r} must look like dotted.key=value")
+    key, _, raw = item.partition("=")
+    if not key or any(not part.strip() for part in key.split(".")):
+        raise ValueError(f"override {item!r}: empty key part")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as err:
+        first = str(err).splitlines()[0]
+        raise ValueError(f"override {item!r}: the value is not valid YAML ({first})") from None
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict, overrides: Sequence[str],
+                    aliases: Mapping[str, str] | None = None) -> dict:
+    """Set each ``dotted.key=value`` in the nested dict ``data`` (in place; returns it). A typo
+    fails later, at validation, with the closest valid key. ``aliases`` maps a dotted key to the
+    one it stands for (NeMo-RL's top-level names of a setting rlnb keeps in one place)."""
+    if isinstance(overrides, str):
+        raise ValueError(f"overrides must be a list of 'dotted.key=value' strings, got the string "
+                         f"{overrides!r}")
+    for item in overrides:
+        path, value = parse_override(item)
+        path = (aliases or {}).get(".".join(path), ".".join(path)).split(".")
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ValueError(f"override {item!r}: {part!r} is a value, not a section")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (an empty dict stays a leaf)."""
+    flat: dict[str, Any] = {}
+    for key, value in cfg.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat

@@ -28,9 +28,10 @@ def frozen_batch(num_prompts: int = 4, group_size: int = 4, seq_len: int = 12, s
     for b, n in enumerate(lengths.tolist()):  # prompt = first 3 tokens, then n response tokens
         token_mask[b, 3 : 3 + n] = 1
     generation = -torch.rand(B, seq_len, generator=g) * 2  # log-probs in (-2, 0]
-    prev = generation + 0.02 * torch.randn(B, seq_len, generator=g)
-    current = prev + 0.15 * torch.randn(B, seq_len, generator=g)
-    reference = prev + 0.3 * torch.randn(B, seq_len, generator=g)
+    # noisy copies, kept log-probabilities (<= 0): the loss refuses anything else
+    prev = (generation + 0.02 * torch.randn(B, seq_len, generator=g)).clamp(max=0)
+    current = (prev + 0.15 * torch.randn(B, seq_len, generator=g)).clamp(max=0)
+    reference = (prev + 0.3 * torch.randn(B, seq_len, generator=g)).clamp(max=0)
     return {
         "prompt_ids": prompt_ids,
         "rewards": rewards,

@@ -24,10 +24,10 @@ from accelerate import Accelerator
 from tiny_config import TINY
 
 from rlnb.engine.distributed import Distributed
-from rlnb.engine.grpo import GRPOTrainer
-from rlnb.engine.policy import Policy
-from rlnb.engine.sft import warm_start
-from rlnb.run.config import load_config
+from rlnb.engine.models.policy import Policy
+from rlnb.engine.trainers.grpo import GRPOTrainer
+from rlnb.run.warm_start_cache import cached_warm_start
+from rlnb.run.master_config import load_config
 
 SMALL = [
     *TINY, "grpo.val_period=0", "data.max_operand=9",
@@ -62,11 +62,11 @@ def gradient_check(trainer: GRPOTrainer, advantages) -> dict[str, float]:
     width = max(s["input_ids"].shape[1] for s in shards)
     shards = [pad_right(s, width) for s in shards]
     full = {k: torch.cat([s[k] for s in shards]) for k in mine}
-    reference.train(full, trainer.loss_fn)  # one process, every row
+    reference.optimizer_step(full, trainer.loss_fn)  # one process, every row
     saved = policy.config
     policy.config = noclip
     try:
-        policy.train(mine, trainer.loss_fn)  # this rank's rows through DDP
+        policy.optimizer_step(mine, trainer.loss_fn)  # this rank's rows through DDP
     finally:
         policy.config = saved
     want = torch.cat([p.grad.flatten() for p in reference.model.parameters()])
@@ -88,17 +88,17 @@ def main(out: Path, steps: int) -> None:
     rank, world = trainer.dist.rank, trainer.dist.world_size
     with torch.random.fork_rng(devices=[]):  # as TrainingRun: the same warm start on every rank
         torch.manual_seed(config.grpo.seed)
-        warm_start(trainer, config.sft, log=lambda *a: None)
+        cached_warm_start(trainer, config.sft, log=lambda *a: None, write=rank == 0)
     named = trainer.policy.model.named_parameters
     start = {k: v.detach().clone() for k, v in named()}
     metrics, prompts, nonzero_adv = [], [], []
     for m in trainer.train(steps):
-        rollout, advantages, _ = trainer.last_batches
+        rollout, advantages = m.rollout, m.advantages
         metrics.append(m)
         prompts.append(sorted({r["prompt"] for r in rollout.rows}))
         nonzero_adv.append(int((advantages.advantages != 0).any(dim=1).sum()))
     final = {k: v.detach().clone() for k, v in named()}
-    check = gradient_check(trainer, trainer.last_batches[1])
+    check = gradient_check(trainer, advantages)
     out.mkdir(parents=True, exist_ok=True)
     torch.save(start, out / f"start_rank{rank}.pt")
     torch.save(final, out / f"rank{rank}.pt")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlnb.engine.tiny_model import build_char_tokenizer, build_tiny_llama
+from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
 from rlnb.run.checkpoint import (
     CheckpointingConfig,
     capture_rng_state,

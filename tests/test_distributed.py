@@ -12,8 +12,8 @@ import torch
 import yaml
 from tiny_config import TINY
 
-from rlnb.engine.tasks import build_task
-from rlnb.run.config import load_config
+from rlnb.engine.environments.tasks import build_task
+from rlnb.run.master_config import load_config
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -176,7 +176,7 @@ def test_fsdp_config_builds_accelerates_plugin(monkeypatch):
     assert plugin.transformer_cls_names_to_wrap == ["LlamaDecoderLayer"]
     assert plugin.auto_wrap_policy.__name__ == "transformer_auto_wrap_policy"
     # the class to wrap is the tiny model's block
-    from rlnb.engine.policy import PolicyConfig, load_model_and_tokenizer
+    from rlnb.engine.models.policy import PolicyConfig, load_model_and_tokenizer
 
     model, _ = load_model_and_tokenizer(PolicyConfig(tiny={"hidden_size": 16, "num_hidden_layers": 1}))
     assert "LlamaDecoderLayer" in {type(m).__name__ for m in model.modules()}

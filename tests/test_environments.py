@@ -5,12 +5,11 @@ import math
 import pytest
 import torch
 
-from rlnb.engine.environments import (
+from rlnb.engine.environments.base import (
     Environment,
     Rewards,
     StepResult,
     check_rewards,
-    stack_rewards,
 )
 
 
@@ -125,11 +124,3 @@ def test_multi_turn_step_continues_the_conversation():
     assert episode_reward == pytest.approx([0.9, 1.0])
 
 
-def test_stack_rewards():
-    a = Rewards([1.0], {"x": [1.0]}, [True])
-    b = Rewards([0.0, 2.0], {"x": [0.0, 1.0]}, [False, True])
-    s = stack_rewards([a, b])
-    assert s.total.tolist() == [1.0, 0.0, 2.0] and s.components["x"].tolist() == [1.0, 0.0, 1.0]
-    assert s.correct.tolist() == [True, False, True]
-    with pytest.raises(ValueError, match="part 1 has components"):
-        stack_rewards([a, Rewards([0.0], {"y": [0.0]})])

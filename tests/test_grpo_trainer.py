@@ -7,9 +7,9 @@ import torch
 from tiny_config import TINY
 
 from rlnb.engine.batches import AdvantageBatch, RolloutBatch
-from rlnb.engine.grpo import GRPOTrainer
-from rlnb.engine.policy import Policy, PolicyConfig
-from rlnb.run.config import load_config
+from rlnb.engine.models.policy import Policy, PolicyConfig
+from rlnb.engine.trainers.grpo import GRPOTrainer
+from rlnb.run.master_config import load_config
 
 SMALL = [*TINY, "grpo.val_period=0", "sft.enabled=false"]
 
@@ -97,8 +97,8 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient():
     from rlnb.algorithms.policy_loss import ClippedPGLossFn
 
     loss_fn = ClippedPGLossFn({"reference_policy_kl_penalty": 0.0})
-    m_full = pols[0].train(data, loss_fn)
-    m_micro = pols[1].train(data, loss_fn)
+    m_full = pols[0].optimizer_step(data, loss_fn)
+    m_micro = pols[1].optimizer_step(data, loss_fn)
     assert m_full["loss"] == pytest.approx(m_micro["loss"], rel=1e-5)
     assert m_full["grad_norm"] == pytest.approx(m_micro["grad_norm"], rel=1e-4)
     for (k, a), b in zip(pols[0].model.named_parameters(), pols[1].model.parameters()):
@@ -108,7 +108,10 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient():
 def test_training_steps_yield_metrics_with_spec_names():
     t = GRPOTrainer(load_config(None, SMALL + ["grpo.val_period=2"]))
     steps = list(t.train(2))
-    assert [m["step"] for m in steps] == [1, 2]
+    # val_at_start: a validation-only record for step 0 comes first (nothing trained yet)
+    assert [(m["step"], m.trained) for m in steps] == [(0, False), (1, True), (2, True)]
+    assert set(steps[0]) == {"step", "validation/accuracy", "validation/avg_length"}
+    assert steps[1].result.step == 1 and steps[1].rollout.step == 0  # the batches ride along
     m = steps[-1]
     for key in ("train/reward", "train/loss", "train/probs_ratio", "train/approx_entropy",
                 "train/kl_penalty", "train/grad_norm", "train/advantages/mean",
@@ -155,7 +158,7 @@ def test_bad_model_path_and_long_prompt_and_nan_reward(tmp_path):
 
 
 def test_dynamic_sampling_fills_the_batch_with_rows_that_carry_signal():
-    from rlnb.engine.environments import Rewards
+    from rlnb.engine.environments.base import Rewards
 
     t = GRPOTrainer(load_config(None, SMALL + ["grpo.use_dynamic_sampling=true",
                                                "grpo.use_leave_one_out_baseline=false"]))

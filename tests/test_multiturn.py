@@ -3,10 +3,11 @@
 import pytest
 from tiny_config import TINY
 
-from rlnb.engine.environments import Environment, Rewards, StepResult
-from rlnb.engine.grpo import GRPOTrainer
-from rlnb.engine.multiturn import RetryEnvironment
-from rlnb.run.config import load_config
+from rlnb.engine.environments.base import Environment, Rewards, StepResult
+from rlnb.engine.environments.multiturn import RetryEnvironment
+from rlnb.engine.trainers.grpo import GRPOTrainer
+from rlnb.engine.trainers.rollout import generate_and_score
+from rlnb.run.master_config import load_config
 
 SMALL = [*TINY, "grpo.val_period=0", "sft.enabled=false", "policy.max_total_sequence_length=40"]
 
@@ -42,7 +43,7 @@ def scripted_trainer(turns=3):
 def test_only_running_conversations_step_and_rewards_sum_over_turns():
     t = scripted_trainer()
     rows = [{"prompt": f"{i}+1=", "answer": str(i + 1), "i": i} for i in range(4)]
-    b = t.generate_and_score(rows, 1, 0)
+    b = generate_and_score(t, rows, 1, 0)
     # turn 0: all four; turn 1: rows 1, 2 (i%3 >= 1); turn 2: row 2 only
     assert [(turn, ids) for turn, ids, _ in t.env.calls] == [(0, [0, 1, 2, 3]), (1, [1, 2]),
                                                              (2, [2])]
@@ -57,7 +58,7 @@ def test_only_running_conversations_step_and_rewards_sum_over_turns():
 def test_observations_are_in_the_sequence_but_not_in_the_token_mask():
     t = scripted_trainer()
     rows = [{"prompt": f"{i}+1=", "answer": str(i + 1), "i": i} for i in range(3)]
-    b = t.generate_and_score(rows, 1, 0)
+    b = generate_and_score(t, rows, 1, 0)
     tok = t.policy.tokenizer
     for r in range(3):
         live = b.attention_mask[r].bool()
@@ -78,7 +79,7 @@ def test_retry_environment_trains_end_to_end():
     t = GRPOTrainer(load_config(None, SMALL + ["grpo.max_rollout_turns=2", "env.name=retry"]))
     assert isinstance(t.env, RetryEnvironment)
     metrics = t.step()
-    rollout = t.last_batches[0]
+    rollout = metrics.rollout
     retried = [" no. try again: " in r for r in rollout.responses]
     # a wrong first answer gets the feedback and a second turn; a right one ends the episode
     assert metrics["train/mean_turns"] == pytest.approx(1 + sum(retried) / len(retried))

@@ -13,16 +13,12 @@ import yaml
 
 from rlnb.run.notebooks import (
     format_value,
-    grid_points,
     notebook_parameters,
-    parse_grid,
     parse_value,
-    run_name,
     split_parameters,
-    sweep_figures,
-    sweep_table,
 )
 from rlnb.run.rundir import RunDir
+from rlnb.run.sweep import grid_points, parse_grid, run_name, sweep_table
 
 pytest.importorskip("papermill")
 pytest.importorskip("nbconvert")
@@ -259,6 +255,9 @@ def test_sweep_table_has_parameters_status_and_final_metrics(swept):
 
 def test_sweep_figures_have_a_trace_per_run_and_seed_means(swept):
     root, _ = swept
+    pytest.importorskip("plotly")
+    from rlnb.widgets import sweep_figures
+
     reward, accuracy = sweep_figures(root)
     for fig in (reward, accuracy):
         names = [t.name for t in fig.data]
@@ -326,5 +325,4 @@ def test_auto_accelerator_is_none_in_one_process(monkeypatch):
     assert rlnb.auto_accelerator() is None
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert rlnb.auto_accelerator() is None
-    assert rlnb.run.auto_accelerator is rlnb.auto_accelerator
-    assert rlnb.run.notebooks.sweep_table is sweep_table  # reachable after a bare `import rlnb`
+    assert rlnb.run.sweep.sweep_table is sweep_table  # reachable after a bare `import rlnb`

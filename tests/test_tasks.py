@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from rlnb.config import parse_config
-from rlnb.engine.environments import check_rewards
-from rlnb.engine.tasks import (
+from rlnb.engine.environments.base import check_rewards
+from rlnb.engine.environments.math_task import extract_reference
+from rlnb.engine.environments.tasks import (
     TASKS,
     AdditionTask,
     MathTask,
     ReverseTask,
     TaskConfig,
     build_task,
-    extract_reference,
     format_prompt,
     make_task,
 )
@@ -202,7 +202,7 @@ def test_hub_name_offline_fails_clearly(tmp_path):
     """Offline with an empty cache: no network is tried, and the error says why it failed."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path)}
     code = (
-        "from rlnb.engine.tasks import MathTask\n"
+        "from rlnb.engine.environments.math_task import MathTask\n"
         "try:\n    MathTask('openai/gsm8k', 'main')\n"
         "except ValueError as e:\n    print('ERR', e)\n"
     )
@@ -215,7 +215,7 @@ def test_hub_name_offline_fails_clearly(tmp_path):
 
 
 def test_format_prompt():
-    from rlnb.engine.tiny_model import build_char_tokenizer
+    from rlnb.engine.models.tiny import build_char_tokenizer
 
     row = {"prompt": "12+7=", "answer": "19"}
     assert format_prompt(row) == "12+7="

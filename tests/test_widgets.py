@@ -11,7 +11,7 @@ import torch
 from tiny_config import TINY
 
 import rlnb
-from rlnb.engine.inspect import token_stats
+from rlnb.engine.token_stats import token_stats
 from rlnb.widgets import (
     DEFAULT_PANELS,
     ConfigPanel,
@@ -115,8 +115,8 @@ def test_dashboard_trains_in_background_and_stop_ends_after_a_whole_step():
 def test_stepper_buttons_run_the_stages_in_order(tmp_path):
     run = rlnb.TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "run", progress=False)
     trainer = run.trainer
-    dash = Dashboard(trainer)
-    stepper = StageStepper(trainer, dash)
+    dash = Dashboard(run)  # steps are logged to the run directory
+    stepper = StageStepper(run, dash)
     assert stepper.buttons["Rollout"].button_style == "primary"
     assert stepper.buttons["Stop"].disabled
 

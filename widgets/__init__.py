@@ -11,6 +11,7 @@
 - ``EstimatorComparison``: one frozen batch through every estimator and loss setting.
 - ``ConfigPanel``: edit hyperparameters between steps.
 - ``show(fig)``: a plotly figure that also renders in saved notebooks and HTML exports.
+- ``sweep_figures(root)``: the curves of an ``rlnb sweep`` (a line per run, the mean over seeds).
 
 Every widget displays with a static HTML twin, so executed notebooks still show results without
 a live kernel (see ``static.py``). Installed as ``rlnb.widgets`` (the build maps this folder
@@ -24,9 +25,10 @@ from rlnb.widgets.dashboard import DEFAULT_PANELS, Dashboard, Panel
 from rlnb.widgets.inspector import RolloutInspector, TokenView
 from rlnb.widgets.static import ensure_plotlyjs, figure_bundle, figure_html, show, table_html
 from rlnb.widgets.stepper import StageStepper
+from rlnb.widgets.sweep_report import sweep_figures
 
 __all__ = [
     "DEFAULT_PANELS", "ConfigPanel", "Dashboard", "EstimatorComparison", "MetricCard", "Panel",
     "RolloutInspector", "StageStepper", "TokenView", "ensure_plotlyjs", "figure_bundle",
-    "figure_html", "metric_card", "show", "table_html",
+    "figure_html", "metric_card", "show", "sweep_figures", "table_html",
 ]

@@ -1,12 +1,13 @@
 """The live training dashboard: reward, KL, entropy, clipping, length and stage timings.
 
-    dash = Dashboard(trainer)
+    dash = Dashboard(run)   # a TrainingRun (steps logged to its run dir) or a bare trainer
     dash.display()          # live plots + Stop button + metric cards (info toggle)
     dash.run(200)           # trains in a background thread; the kernel stays free
     await dash.finished()   # wait in a cell; clicks (Stop) still reach the kernel meanwhile
 
-It only reads: metrics dicts from ``trainer.train`` (or ``update(metrics)`` from any loop), so
-the trainer never knows a dashboard exists (the UI hangs off the loop).
+It only reads: the metrics dicts a run's ``steps`` (or a trainer's ``train``) yields, or
+``update(metrics)`` from any loop, so the trainer never knows a dashboard exists (the UI hangs
+off the loop).
 
 Implementation choices:
 1) Columns are kept per metric key and appended to, so taking in a step costs one append per key
@@ -78,6 +79,15 @@ _TIMING_NAMES = {
 }
 
 
+def training_loop(source):
+    """``(trainer, steps, log)`` of a ``TrainingRun`` (its steps are logged to the run directory)
+    or of a bare trainer (steps are only plotted); ``steps(n)`` yields ``StepMetrics`` and
+    ``log(metrics)`` records a step taken stage by stage."""
+    if hasattr(source, "steps") and hasattr(source, "trainer"):  # a TrainingRun
+        return source.trainer, source.steps, source.log
+    return source, source.train, lambda metrics: None
+
+
 def is_headless() -> bool:
     """True when no interactive front end can click a button (papermill via rlnb, scripts)."""
     if os.environ.get("RLNB_HEADLESS", "") not in ("", "0"):
@@ -135,11 +145,13 @@ class Dashboard(LiveAndStatic):
         """The dashboard training ``trainer`` in the background right now, if any."""
         return next((d for d in list(cls._instances) if d.trainer is trainer and d.running), None)
 
-    def __init__(self, trainer=None, *, panels: tuple[Panel, ...] = DEFAULT_PANELS,
+    def __init__(self, source=None, *, panels: tuple[Panel, ...] = DEFAULT_PANELS,
                  history: Iterable[dict[str, Any]] = (), redraw_interval: float = 0.5):
+        """``source``: a ``TrainingRun`` or a trainer to train from (None: plots only)."""
         import ipywidgets as w
 
-        self.trainer = trainer
+        self.trainer, self._steps, self.log = (
+            training_loop(source) if source is not None else (None, None, None))
         self.panels = panels
         self.redraw_interval = redraw_interval
         self._last_redraw = -math.inf
@@ -228,7 +240,7 @@ class Dashboard(LiveAndStatic):
     def run(self, num_steps: int, *, background: bool | None = None) -> None:
         """Train ``num_steps`` steps with ``trainer.train``, plotting each step as it ends."""
         if self.trainer is None:
-            raise ValueError("Dashboard.run needs a trainer: Dashboard(trainer)")
+            raise ValueError("Dashboard.run needs a run or a trainer: Dashboard(run)")
         if self.running:
             raise RuntimeError("training is already running; click Stop or call wait()")
         background = (not is_headless()) if background is None else background
@@ -247,10 +259,10 @@ class Dashboard(LiveAndStatic):
 
     def _loop(self, num_steps: int) -> None:
         start, done = time.perf_counter(), 0
-        steps = self.trainer.train(num_steps)
+        steps = self._steps(num_steps)
         try:
             for metrics in steps:
-                done += 1
+                done += getattr(metrics, "trained", True)  # not the validation-only record
                 self.update(metrics, redraw=False)
                 if time.monotonic() - self._last_redraw >= self.redraw_interval:
                     self.redraw()  # throttled: see choice 3

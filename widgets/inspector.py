@@ -6,7 +6,7 @@
 The inspector shows a group's responses with reward, sequence advantage, length and truncation,
 and flags groups whose rewards are all equal (zero std: GRPO gives them no learning signal).
 The token view colours every response token by one per-token quantity from
-``rlnb.engine.inspect.token_stats``: advantage, probability ratio, KL, entropy, or the
+``rlnb.engine.token_stats.token_stats``: advantage, probability ratio, KL, entropy, or the
 generation-vs-training log-prob gap (diverging colours around the neutral value, hover for the
 number).
 """
@@ -85,7 +85,7 @@ class TokenView(LiveAndStatic):
                  group: int = 0, kl_type: str = "k3"):
         import ipywidgets as w
 
-        from rlnb.engine.inspect import QUANTITIES, token_stats
+        from rlnb.engine.token_stats import QUANTITIES, token_stats
 
         self.trainer, self.batch, self.advantages = trainer, batch, advantages
         self.stats = token_stats(trainer.policy, batch, advantages, kl_type=kl_type)

@@ -1,10 +1,10 @@
 """The stage stepper: buttons that run one GRPO stage at a time and show each result.
 
-    stepper = StageStepper(trainer, dashboard=dash)
+    stepper = StageStepper(run, dashboard=dash)   # a TrainingRun (or a bare trainer)
     stepper.display()      # Rollout | Advantages | Update | Step | Run N | Stop
 
 Rollout -> Advantages -> Update is one step taken by hand (the stepper then logs it like a
-``train`` step and feeds the dashboard); Step runs the three at once; Run N trains N steps
+step of the run and feeds the dashboard); Step runs the three at once; Run N trains N steps
 through the dashboard (in the background, so Stop works). The next stage's button is
 highlighted. The last results stay on the object (``stepper.rollout``, ``.advantages``,
 ``.result``) for the cells below.
@@ -21,13 +21,13 @@ STAGES = ("Rollout", "Advantages", "Update")
 
 
 class StageStepper(LiveAndStatic):
-    def __init__(self, trainer, dashboard=None, *, run_steps: int = 10):
+    def __init__(self, source, dashboard=None, *, run_steps: int = 10):
         import ipywidgets as w
 
-        from rlnb.widgets.dashboard import Dashboard
+        from rlnb.widgets.dashboard import Dashboard, training_loop
 
-        self.trainer = trainer
-        self.dashboard = dashboard if dashboard is not None else Dashboard(trainer)
+        self.trainer, self._steps, self._log = training_loop(source)
+        self.dashboard = dashboard if dashboard is not None else Dashboard(source)
         self.rollout = self.advantages = self.result = None
         self._trained = False  # the current batch has been through Update: roll out again
         self._started: float | None = None
@@ -100,6 +100,7 @@ class StageStepper(LiveAndStatic):
         self._trained = True
         seconds = time.perf_counter() - self._started if self._started else None
         metrics = self.trainer.record_step(self.rollout, self.advantages, self.result, seconds)
+        self._log(metrics)  # to the run directory, like a step of the loop
         self.dashboard.update(metrics)
         self.next_stage = "Rollout"
         self._show(_pre(self.result.summary()))
@@ -107,9 +108,11 @@ class StageStepper(LiveAndStatic):
 
     def do_step(self):
         self._check_idle()
-        for metrics in self.trainer.train(1):
+        for metrics in self._steps(1):
             self.dashboard.update(metrics)
-        self.rollout, self.advantages, self.result = self.trainer.last_batches
+            if metrics.trained:  # (a first record may be validation only)
+                self.rollout, self.advantages, self.result = (
+                    metrics.rollout, metrics.advantages, metrics.result)
         self._trained = True
         self.next_stage = "Rollout"
         self._show(_pre(f"step {self.trainer.step_count}\n{self.result.summary()}"))

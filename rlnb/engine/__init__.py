@@ -1,4 +1,13 @@
-"""The engine: policy, generation backends, tasks/environments, warm start and trainers.
+"""The engine: what turns the algorithm layer's tensor math into training.
 
-Imported lazily by the modules that need it (``import rlnb`` loads only the algorithm layer).
+- ``models/``: the policy (any Hugging Face causal LM, or the embedded tiny Llama) and the
+  generation backends;
+- ``environments/``: the environment interface, the built-in verifiable tasks, multi-turn
+  rollouts;
+- ``trainers/``: the loops (GRPO, ...), the rollout stage they share, the warm start;
+- ``batches.py`` (the plain objects a step passes along), ``distributed.py`` (rank-aware
+  reductions), ``token_stats.py`` and ``counterfactual.py`` (inspection and replay of a batch).
+
+It imports the algorithm layer and never the run layer or Jupyter; ``import rlnb`` loads it
+only on first use.
 """

@@ -1,4 +1,4 @@
-"""The plain objects of one GRPO step: RolloutBatch -> AdvantageBatch -> UpdateResult.
+"""The plain objects of one step: RolloutBatch -> AdvantageBatch -> UpdateResult -> StepMetrics.
 
 Each prints a readable summary, turns into a pandas frame (one row per response) and holds only
 tensors, lists and dicts, so a notebook can inspect, plot, save, edit and feed it back in.
@@ -22,13 +22,15 @@ class RolloutBatch:
         rows: the P task rows repeated G times (``[B]`` dicts with ``prompt``, ``answer``...).
         prompts, responses: ``[B]`` texts.
         group: ``[B]`` prompt index within the step (rows of one group share it).
-        prompt_ids: ``[B, P_len]`` padded prompt tokens (equal rows = one group, spec §1.4).
+        prompt_ids: ``[B, L]`` left-padded prompt tokens, L the longest prompt (equal rows =
+            one group, docs/algorithms.md#baselines).
         input_ids, attention_mask, token_mask: ``[B, S]`` prompt + response; token_mask = 1 on
             generated tokens.
         sample_mask: ``[B]`` 1.0 (the advantage stage may zero rows).
         generation_logprobs, prev_logprobs: ``[B, S]``; reference_logprobs ``[B, S]`` or None.
         rewards: ``[B]`` raw environment reward; reward_components: name -> ``[B]``.
         correct: ``[B]`` bool; truncated: ``[B]`` bool; response_lengths: ``[B]`` tokens.
+        weight_version: the generator's weight version (refits so far) that sampled it.
         metrics: rollout metrics (``train/...``) and timings.
     """
 
@@ -50,6 +52,7 @@ class RolloutBatch:
     correct: torch.Tensor
     truncated: torch.Tensor
     response_lengths: torch.Tensor
+    weight_version: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -114,7 +117,8 @@ class AdvantageBatch:
     Attributes:
         rollout: the RolloutBatch it was computed from (unchanged).
         estimator: name of the advantage estimator used.
-        rewards: ``[B]`` after scaling / shaping; baseline, std: ``[B]`` (spec §1.4).
+        rewards: ``[B]`` after scaling / shaping; baseline, std: ``[B]``
+            (docs/algorithms.md#baselines).
         advantages: ``[B, S]``; sample_mask: ``[B]`` after overlong / log-prob-error filters.
         metrics: ``train/...`` advantage-stage metrics.
     """
@@ -248,5 +252,31 @@ def concat_rollouts(parts: list[RolloutBatch], keep: torch.Tensor, pad_id: int) 
         correct=cat("correct"),
         truncated=cat("truncated"),
         response_lengths=cat("response_lengths"),
+        weight_version=first.weight_version,
         metrics=metrics,
     )
+
+
+class StepMetrics(dict):
+    """One step's metrics as a plain dict (``{"step": k, "train/reward": ..., ...}``) that also
+    carries the step's stage results, so whoever consumes a trainer's steps (the run directory,
+    the dashboard) can log the rollouts without asking the trainer.
+
+    Attributes:
+        rollout, advantages, result: the step's ``RolloutBatch``, ``AdvantageBatch`` and
+            ``UpdateResult``; all None for a validation-only record (step 0 before training).
+    """
+
+    def __init__(self, metrics: dict[str, Any], *, rollout: RolloutBatch | None = None,
+                 advantages: AdvantageBatch | None = None, result: UpdateResult | None = None):
+        super().__init__(metrics)
+        self.rollout, self.advantages, self.result = rollout, advantages, result
+
+    @property
+    def step(self) -> int:
+        return int(self["step"])
+
+    @property
+    def trained(self) -> bool:
+        """True for a training step, False for a validation-only record."""
+        return self.result is not None

@@ -5,7 +5,8 @@ Implementation choices:
    need no process group. With an ``accelerate.Accelerator`` the same calls reduce across ranks.
 2) Prompts are sharded by rank (whole GRPO groups stay on one rank, so per-group baselines need
    no communication); valid-token/sequence counts are summed over ranks *before* the loss, and
-   each rank's loss is multiplied by the world size to undo DDP's gradient averaging (spec §2).
+   each rank's loss is multiplied by the world size to undo DDP's gradient averaging
+   (docs/algorithms.md#global-normalisation).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class Distributed:
         return self._reduce_dict(metrics, default="mean")
 
     def sum_loss_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
-        """Loss metrics are per-rank partial sums over global counts (spec §2): sum them over
+        """Loss metrics are per-rank partial sums over global counts: sum them over
         ranks; min/max by min/max; ``lr``, ``grad_norm`` and the global counts are already
         the same on every rank, so they are averaged."""
         same = {"lr", "grad_norm", "global_valid_seqs", "global_valid_toks"}

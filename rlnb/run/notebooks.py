@@ -7,9 +7,6 @@ A run directory holds the executed notebook (``notebook.ipynb``), its HTML expor
 (``notebook.html``) and whatever the notebook's ``TrainingRun`` wrote there (``config.yaml``,
 ``metrics.jsonl``, ``rollouts/``).
 
-``sweep``, ``sweep_table``, ``sweep_figures``, ``SweepResult``, ``launch``, ``LaunchResult`` and the
-other public names of those two modules are importable from here too (loaded on first use).
-
 Implementation choices:
 1) Notebooks follow one convention: a cell tagged ``parameters`` with flat literals, among them
    ``fast``, ``seed``, ``run_dir`` and ``overrides`` (a list of ``"dotted.key=value"``). A parameter
@@ -337,20 +334,3 @@ def run_notebook(notebook: str | Path, *, run_dir: str | Path | None = None,
 # ---------------------------------------------------------------------------------- re-exports
 # sweep.py and launch.py import this module, so importing them here at the top would be a cycle:
 # `from rlnb.run.notebooks import sweep` loads them on first use instead (PEP 562)
-_REEXPORTS = {
-    "rlnb.run.sweep": (
-        "sweep", "SweepResult", "sweep_table", "sweep_figures", "write_report", "parse_grid",
-        "grid_points", "run_name", "HEADLINE_METRICS", "FIGURE_METRICS", "SWEEP_JSON",
-        "SUMMARY_CSV", "REPORT",
-    ),
-    "rlnb.run.launch": ("launch", "LaunchResult", "launch_command", "rank_notebook", "RANKS"),
-}
-
-
-def __getattr__(name: str):
-    import importlib
-
-    for module, names in _REEXPORTS.items():
-        if name in names:
-            return getattr(importlib.import_module(module), name)
-    raise AttributeError(f"module 'rlnb.run.notebooks' has no attribute {name!r}")

@@ -42,6 +42,7 @@ import torch
 import yaml
 from pydantic import BaseModel
 
+from rlnb.config import flatten
 from rlnb.run.atomic import atomic_write_bytes, atomic_write_text
 
 # Dotted config keys (and prefixes of them) that may differ when resuming: they change what is
@@ -68,21 +69,9 @@ def _plain(value: Any, where: str) -> Any:
                     "store; use a number, string, list or dict")
 
 
-def _flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; empty dicts stay as leaves."""
-    flat: dict[str, Any] = {}
-    for key, value in cfg.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(_flatten(value, dotted + "."))
-        else:
-            flat[dotted] = value
-    return flat
-
-
 def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(dotted_key, old_value, new_value)`` for every leaf that differs, sorted by key."""
-    a, b = _flatten(old), _flatten(new)
+    a, b = flatten(old), flatten(new)
     return [(k, a.get(k, _MISSING), b.get(k, _MISSING))
             for k in sorted(a.keys() | b.keys()) if a.get(k, _MISSING) != b.get(k, _MISSING)]
 

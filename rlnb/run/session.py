@@ -1,56 +1,49 @@
-"""A training run on disk: trainer + run directory + loggers + checkpoints + resume.
+"""A training run on disk: a trainer, its run directory, loggers, checkpoints and resume.
 
     run = TrainingRun(config, run_dir="runs/x", accelerator=auto_accelerator())
     run.train()                                       # what `rlnb train` does
+    for metrics in run.steps(10): ...                 # or step by step, logged as they come
     run.close()
 
 Implementation choices:
-1) Only the main process writes (config, metrics.jsonl, rollouts, checkpoints, loggers).
-2) Every step's token-level rollouts go to ``rollouts/step_XXXXXX.parquet``: token ids, masks,
-   rewards, advantages, and generation / previous / reference log-probs, one row per response.
-3) Resume: the warm start is rebuilt first (from its cache; it is also the KL reference), then
+1) The trainer knows nothing of the run: it yields ``StepMetrics`` and the run consumes them
+   (``log``): metrics to every logger, the step's token-level rollouts to
+   ``rollouts/step_XXXXXX.parquet``, a checkpoint every ``checkpointing.save_period`` steps.
+   A step taken stage by stage in a notebook is logged the same way (``run.log(metrics)``).
+2) Only the main process writes (config, metrics.jsonl, rollouts, checkpoints, loggers).
+3) Construction warm-starts the policy (cached on disk, ``warm_start_cache.py``); its repr says
+   what it did: run directory, warm start (loaded or run), what has been written.
+4) Resume: the warm start is rebuilt first (from its cache; it is also the KL reference), then
    the latest checkpoint restores weights, optimizer, scheduler, RNG states and the data
    position, and metrics past the checkpoint are dropped, so steps k+1.. repeat exactly.
-4) A run directory that fails to start (bad config, unreadable model, mismatched resume) is not
+5) A run directory that fails to start (bad config, unreadable model, mismatched resume) is not
    left behind half-written (``RunDir`` creates it atomically).
-5) Several processes: ``auto_accelerator()`` builds the Accelerator only when a launcher started
-   them, and ``close()`` makes the ranks leave the process group together.
+6) Several processes: ``close()`` makes the ranks leave the process group together.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from rlnb.engine.batches import StepMetrics
 from rlnb.run.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from rlnb.run.config import RLNBConfig, load_config
-
-
-def auto_accelerator():
-    """An ``accelerate.Accelerator`` when a launcher started several processes (``WORLD_SIZE`` > 1,
-    as under ``accelerate launch`` or ``rlnb launch``), else None: one process needs none."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return None
-    from accelerate import Accelerator
-
-    # without cpu=True on a machine with no GPU, every launched process is rank 0 of 1
-    return Accelerator(cpu=not torch.cuda.is_available())
+from rlnb.run.master_config import MasterConfig, load_config
 
 
 class TrainingRun:
-    """Owns a ``GRPOTrainer`` and everything it writes."""
+    """Owns a trainer and everything it writes (see the module docstring)."""
 
     def __init__(
         self,
-        config: RLNBConfig | str | dict | None = None,
+        config: MasterConfig | str | dict | None = None,
         *,
         overrides=(),
+        preset: str | None = None,
         run_dir: str | Path | None = None,
         resume: bool = False,
         accelerator=None,
@@ -58,13 +51,13 @@ class TrainingRun:
         log=print,
     ):
         from rlnb.engine.distributed import Distributed
-        from rlnb.engine.grpo import GRPOTrainer
-        from rlnb.engine.sft import warm_start
+        from rlnb.engine.trainers.grpo import GRPOTrainer
         from rlnb.run.loggers import make_loggers
         from rlnb.run.rundir import RunDir
+        from rlnb.run.warm_start_cache import cached_warm_start
 
-        self.config = load_config(config, overrides)
-        self.progress, self.log = progress, log
+        self.config = load_config(config, overrides, preset=preset)
+        self.progress, self.log_line = progress, log
         self.dist = Distributed(accelerator)
         path = Path(run_dir) if run_dir is not None else RunDir.new_default_path()
         if resume and not (path / RunDir.CONFIG).exists():
@@ -75,44 +68,54 @@ class TrainingRun:
             self.run_dir = RunDir(path, config=self.config.model_dump(mode="json"), resume=resume)
         self.path = path
         try:
-            self.trainer = GRPOTrainer(self.config, accelerator=accelerator, run=self)
+            self.trainer = GRPOTrainer(self.config, accelerator=accelerator)
             self.warm_start = None
             if self.config.sft.enabled:
-                # seeded by grpo.seed on its own random state: the same on every rank
-                self.warm_start = warm_start(
-                    self.trainer,
-                    self.config.sft,
-                    progress=progress and self.dist.is_main,
-                    log=log if self.dist.is_main else _quiet,
-                )
+                # seeded by the loop's seed on its own random state: the same on every rank
+                self.warm_start = cached_warm_start(
+                    self.trainer, self.config.sft, progress=progress and self.dist.is_main,
+                    log=log if self.dist.is_main else _quiet, write=self.dist.is_main)
         except Exception:
             if self.run_dir is not None and created:  # leave nothing half-written behind
                 shutil.rmtree(path, ignore_errors=True)
             raise
         self.loggers = make_loggers(self.config.logger, self.run_dir) if self.run_dir else []
         self._loggers_open, self._left_group = True, False
+        self.accuracy_before: float | None = None
         if resume:
             self._resume()
+
+    def __repr__(self) -> str:
+        t = self.trainer
+        if self.warm_start is None:
+            warm = "no warm start (sft.enabled=false)"
+        elif self.warm_start["cached"]:
+            warm = f"warm start loaded from cache ({self.warm_start['steps']} SFT steps)"
+        else:
+            warm = (f"warm start ran {self.warm_start['steps']} SFT steps "
+                    f"({self.warm_start['seconds']:.0f} s)")
+        written = "nothing (not the main process)"
+        if self.run_dir is not None:
+            steps = self.run_dir.rollout_steps()
+            ckpts = [p.name for p in sorted(self.checkpoint_root.glob("step_*"))]
+            written = (f"config.yaml, metrics.jsonl, rollouts of {len(steps)} steps, "
+                       f"{len(ckpts)} checkpoints")
+        return (f"TrainingRun({str(self.path)!r}: {type(t).__name__} at step {t.step_count}; "
+                f"{warm}; wrote {written})")
 
     # ------------------------------------------------------------------ checkpoints
     @property
     def checkpoint_root(self) -> Path:
-        c = self.config.checkpointing
-        return Path(c.checkpoint_dir) if c.checkpoint_dir else self.path / "checkpoints"
+        return self.config.checkpointing.resolve_dir(self.path)
 
     def save(self) -> Path | None:
         if not self.dist.is_main:
             return None
         t, c = self.trainer, self.config.checkpointing
         return save_checkpoint(
-            self.checkpoint_root,
-            t.step_count,
-            model=t.policy.model,
-            optimizer=t.policy.optimizer,
-            scheduler=t.policy.scheduler,
-            tokenizer=t.policy.tokenizer,
-            trainer_state=t.state(),
-            keep_last=c.keep_top_k,
+            self.checkpoint_root, t.step_count, model=t.policy.model, optimizer=t.policy.optimizer,
+            scheduler=t.policy.scheduler, tokenizer=t.policy.tokenizer,
+            trainer_state=t.state(), keep_last=c.keep_top_k,
         )
 
     def _resume(self) -> None:
@@ -120,51 +123,66 @@ class TrainingRun:
         if ckpt is None:
             raise ValueError(f"cannot resume {self.path}: no checkpoint in {self.checkpoint_root}")
         t = self.trainer
-        state = load_checkpoint(
-            ckpt, model=t.policy.model, optimizer=t.policy.optimizer, scheduler=t.policy.scheduler
-        )
+        state = load_checkpoint(ckpt, model=t.policy.model, optimizer=t.policy.optimizer,
+                                scheduler=t.policy.scheduler)
         t.load_state(state)
         if self.run_dir is not None:
             self.run_dir.truncate_metrics(after_step=t.step_count)
+            first = self.run_dir.read_metrics()
+            if first and first[0]["step"] == 0:
+                self.accuracy_before = first[0].get("validation/accuracy")
         if self.dist.is_main:
-            self.log(f"resumed from {ckpt} (step {t.step_count})")
+            self.log_line(f"resumed from {ckpt} (step {t.step_count})")
 
     # ------------------------------------------------------------------ logging
-    def log_step(self, trainer, metrics: dict[str, float]) -> None:
-        """Called by the trainer on the main process after each step and the first validation."""
-        step = int(metrics.get("step", trainer.step_count))
+    def log(self, metrics: StepMetrics | dict[str, Any]) -> None:
+        """Log one record: metrics to every logger, the step's rollouts, a checkpoint at
+        ``save_period`` (main process only)."""
+        step = int(metrics.get("step", self.trainer.step_count))
+        if step == 0 and self.accuracy_before is None:
+            self.accuracy_before = metrics.get("validation/accuracy")
+        if self.run_dir is None:
+            return
         values = {k: v for k, v in metrics.items() if k != "step"}
         self._loggers_open = True  # a writer closed by an earlier train() reopens on write
         for logger in self.loggers:  # the first writes metrics.jsonl
             logger.log(values, step)
-        batches = getattr(trainer, "last_batches", None)
-        if self.config.logger.log_rollouts and batches and batches[0].step == step - 1:
-            self.run_dir.write_rollouts(step, rollout_table(*batches[:2]))
+        rollout = getattr(metrics, "rollout", None)
+        if self.config.logger.log_rollouts and rollout is not None:
+            self.run_dir.write_rollouts(step, rollout_table(rollout, metrics.advantages))
         c = self.config.checkpointing
-        if c.enabled and c.save_period and step and step % c.save_period == 0:
+        if (getattr(metrics, "trained", False) and c.enabled and c.should_save(step)):
             self.save()
+
+    def validate(self) -> dict[str, float]:
+        """Held-out accuracy now, logged at the current step (step 0: the accuracy before)."""
+        result = self.trainer.validate()
+        self.log(StepMetrics({"step": self.trainer.step_count, **result}))
+        return result
+
+    def steps(self, num_steps: int | None = None) -> Iterator[StepMetrics]:
+        """Train, yielding each step's metrics after it is logged (``None``: up to
+        ``max_num_steps`` in total)."""
+        t = self.trainer
+        target = t.loop_config.max_num_steps
+        n = max(0, target - t.step_count) if num_steps is None else num_steps
+        for metrics in t.train(n, progress=self.progress):
+            self.log(metrics)
+            yield metrics
 
     def train(self, num_steps: int | None = None) -> dict[str, Any]:
         """Train; returns a summary (accuracy before/after, run directory, time)."""
-        t = self.trainer
-        g = self.config.grpo
-        target = g.max_num_steps if num_steps is None else num_steps
-        remaining = max(0, target - t.step_count) if num_steps is None else num_steps
-        start = time.perf_counter()
-        before = t.last_validation.get("validation/accuracy")
-        last: dict[str, float] = {}
-        for metrics in t.train(remaining, progress=self.progress):
+        t, start, last = self.trainer, time.perf_counter(), {}
+        for metrics in self.steps(num_steps):
             last = metrics
-            if before is None and "validation/accuracy" in t.last_validation:
-                before = self._initial_accuracy()
         c = self.config.checkpointing
-        if c.enabled and t.step_count and (not c.save_period or t.step_count % c.save_period):
+        if c.enabled and t.step_count and not c.should_save(t.step_count):
             self.save()  # always leave a checkpoint of the final step
         self._close_loggers()
         return {
             "steps": t.step_count,
             "seconds": time.perf_counter() - start,
-            "accuracy_before": before,
+            "accuracy_before": self.accuracy_before,
             "accuracy_after": t.last_validation.get("validation/accuracy"),
             "final_reward": last.get("train/reward", math.nan),
             "run_dir": str(self.path),
@@ -193,12 +211,6 @@ class TrainingRun:
             for logger in self.loggers:
                 logger.close()
             self._loggers_open = False
-
-    def _initial_accuracy(self):
-        if self.run_dir is None:
-            return None
-        first = self.run_dir.read_metrics()
-        return first[0].get("validation/accuracy") if first and first[0]["step"] == 0 else None
 
 
 def rollout_table(rollout, advantages) -> dict[str, Any]:

@@ -17,7 +17,8 @@ Implementation choices:
    ``sweep.json`` is rewritten after each run, so an interrupted sweep still says what ran.
 3) The report is a notebook built here and executed like any other. Its plotly figures carry
    plotly.js inline (``rlnb.widgets.show``), so ``report.html`` works offline.
-   ``sweep_table`` and ``sweep_figures`` are what it calls; so can any notebook.
+   It calls ``sweep_table`` (here) and ``rlnb.widgets.sweep_figures`` (plots are the UI layer's);
+   so can any notebook.
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ HEADLINE_METRICS = (
     "train/approx_entropy", "train/clip_fraction", "train/grad_norm",
     "train/mean_gen_tokens_per_sample",
 )
-FIGURE_METRICS = ("train/reward", "validation/accuracy")
 
 
 @dataclass
@@ -195,7 +195,7 @@ def _final_metrics(records: list[dict]) -> dict[str, Any]:
     return final
 
 
-def _runs(root: Path) -> tuple[dict, list[tuple[dict, list[dict]]]]:
+def read_sweep(root: Path) -> tuple[dict, list[tuple[dict, list[dict]]]]:
     from rlnb.run.rundir import RunDir, read_metrics_file
 
     record = json.loads((root / SWEEP_JSON).read_text(encoding="utf-8"))
@@ -209,7 +209,7 @@ def sweep_table(root: str | Path, metrics: Sequence[str] | str | None = None):
     that some run logged; ``"all"``: every key but ``timing/*``), then the error if it failed."""
     import pandas as pd
 
-    record, runs = _runs(Path(root))
+    record, runs = read_sweep(Path(root))
     finals = [_final_metrics(records) for _, records in runs]
     logged = {k for f in finals for k in f} - {"step"}
     if metrics is None:
@@ -225,55 +225,6 @@ def sweep_table(root: str | Path, metrics: Sequence[str] | str | None = None):
                      **{k: final.get(k) for k in metrics}, "error": run["error"] or ""})
     columns = ["run", *record["grid"], "status", "seconds", "steps", *metrics, "error"]
     return pd.DataFrame(rows, columns=columns)
-
-
-def sweep_figures(root: str | Path, metrics: Sequence[str] = FIGURE_METRICS) -> list:
-    """One plotly figure per metric: a line per run against the step (dashed if it failed) and,
-    when seeds are swept, the mean over seeds of each other combination (thick)."""
-    import pandas as pd
-    import plotly.graph_objects as go
-    from plotly.colors import qualitative
-
-    record, runs = _runs(Path(root))
-    seeds = [k for k, v in record["grid"].items()
-             if (k == "seed" or k.endswith(".seed")) and len(v) > 1]
-
-    def group_of(run):
-        return " ".join(f"{k}={format_value(v)}" for k, v in run["parameters"].items()
-                        if k not in seeds) or "all runs"
-
-    groups = list(dict.fromkeys(group_of(run) for run, _ in runs))
-    palette = qualitative.Plotly
-    figures = []
-    for metric in metrics:
-        fig = go.Figure()
-        means: dict[str, list] = {g: [] for g in groups}
-        for run, records in runs:
-            points = [(r["step"], r[metric]) for r in records if r.get(metric) is not None]
-            if not points:
-                continue
-            steps, values = zip(*points)
-            g = group_of(run)
-            color = palette[(groups.index(g) if seeds else len(fig.data)) % len(palette)]
-            fig.add_scatter(
-                x=steps, y=values, name=run["name"], mode="lines+markers",
-                line={"color": color, "dash": "solid" if run["status"] == "ok" else "dash",
-                      "width": 1 if seeds else 2},
-                opacity=0.5 if seeds else 1.0, legendgroup=g)
-            if run["status"] == "ok":
-                means[g].append(pd.Series(values, index=steps))
-        for g, series in means.items():
-            if seeds and series:
-                mean = pd.concat(series, axis=1).mean(axis=1).sort_index()
-                fig.add_scatter(x=mean.index, y=mean.values, name=f"mean over seeds: {g}",
-                                mode="lines", legendgroup=g,
-                                line={"color": palette[groups.index(g) % len(palette)],
-                                      "width": 4})
-        title = metric if fig.data else f"{metric} (no run logged it)"
-        fig.update_layout(title=title, xaxis_title="step", yaxis_title=metric,
-                          template="plotly_white", height=420)
-        figures.append(fig)
-    return figures
 
 
 def write_report(root: str | Path, *, kernel_name: str | None = None
@@ -294,8 +245,8 @@ def write_report(root: str | Path, *, kernel_name: str | None = None
             "Written by `rlnb sweep`; rerun it in this folder to refresh."),
         v4.new_code_cell('root = "."  # the sweep root', metadata={"tags": ["parameters"]}),
         v4.new_code_cell(
-            "from rlnb.run.sweep import sweep_figures, sweep_table\n"
-            "from rlnb.widgets import show  # plotly.js inline, once: the HTML needs no CDN"),
+            "from rlnb.run.sweep import sweep_table\n"
+            "from rlnb.widgets import show, sweep_figures  # plotly.js inline: no CDN needed"),
         v4.new_code_cell("sweep_table(root)"),
         v4.new_code_cell("for fig in sweep_figures(root):\n    show(fig)"),
     ])

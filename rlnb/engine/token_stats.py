@@ -21,7 +21,7 @@ import torch
 
 from rlnb.algorithms.kl import calculate_kl
 from rlnb.engine.batches import AdvantageBatch, RolloutBatch
-from rlnb.engine.policy import position_ids_from_mask
+from rlnb.engine.models.policy import position_ids_from_mask
 
 QUANTITIES = ("advantage", "ratio", "kl", "entropy", "logprob_gap")
 

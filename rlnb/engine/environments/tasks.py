@@ -9,7 +9,7 @@ Tasks:
 - ``reverse``: ``"rev abc="`` -> ``"cba"``, lowercase words of ``min_len..max_len`` letters; a
   second tiny-model task that needs a different skill (copying by position, not carrying).
 - ``math``: GSM8K-style rows from a hub data set or a local ``.json``/``.jsonl``/``.parquet``
-  file, scored with ``math_verify``, for real models.
+  file, scored with ``math_verify``, for real models (``math_task.py``).
 
 Implementation choices:
 1) Validation problems are held out, not just drawn from another seed: the validation set is a
@@ -21,63 +21,23 @@ Implementation choices:
    the answer (leading spaces are wrong: the tiny model should learn the format). ``format`` is
    partial credit for a well-formed answer (digits / letters of a plausible length), so GDPO has
    a second component; the total reward is ``correct`` only.
-4) ``math`` checks every row for its prompt and answer keys at load time, takes the reference
-   after ``####`` (GSM8K's convention), and scores with ``math_verify.parse`` + ``verify``.
-   ``math_verify`` times out with ``SIGALRM``, which works on the main thread only, so off the
-   main thread (a notebook's background training loop) the timeout is disabled.
 """
 
 from __future__ import annotations
 
 import inspect
-import os
 import random
 import re
 import string
-import threading
 from abc import abstractmethod
-from pathlib import Path
-from typing import Any
 
 import torch
 from pydantic import Field, field_validator, model_validator
 
 from rlnb.algorithms.checks import choose
 from rlnb.config import Config, parse_config
-from rlnb.engine.environments import Environment, Rewards
-
-LOCAL_SUFFIXES = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
-
-
-class Task(Environment):
-    """An environment that also provides its rows: ``train_rows`` and held-out ``val_rows``."""
-
-    name = "task"
-
-    @abstractmethod
-    def train_rows(self, n: int, seed: int = 0) -> list[dict]:
-        """``n`` training rows, the same for the same ``seed``; never a validation problem."""
-
-    @abstractmethod
-    def val_rows(self, n: int | None = None) -> list[dict]:
-        """The first ``n`` held-out rows (all of them for ``None``), always the same."""
-
-
-def _check_batch(name: str, prompts: list[str], responses: list[str], rows: list[dict]):
-    if not len(prompts) == len(responses) == len(rows):
-        raise ValueError(
-            f"task {name!r}: {len(prompts)} prompts, {len(responses)} responses and "
-            f"{len(rows)} rows; expected one of each per response"
-        )
-
-
-def _take(rows: list[dict], n: int | None, what: str) -> list[dict]:
-    if n is None:
-        n = len(rows)
-    if not 0 <= n <= len(rows):
-        raise ValueError(f"{what} has {len(rows)} validation rows, asked for {n}")
-    return [dict(r) for r in rows[:n]]  # copies: a caller editing a row must not change ours
-
+from rlnb.engine.environments.base import Rewards, Task, _check_batch, _take
+from rlnb.engine.environments.math_task import MathTask
 
 # --------------------------------------------------------------------------------------------
 # generated tasks (the tiny model's)
@@ -186,176 +146,6 @@ class ReverseTask(GeneratedTask):
         k = rng.randint(self.min_len, self.max_len)
         word = "".join(rng.choice(string.ascii_lowercase) for _ in range(k))
         return {"prompt": f"rev {word}=", "answer": word[::-1]}
-
-
-# --------------------------------------------------------------------------------------------
-# math (GSM8K-style data sets, for real models)
-
-
-def extract_reference(answer: Any) -> str:
-    """The reference answer: the text after GSM8K's ``####`` when present, else all of it."""
-    text = str(answer)
-    return text.split("####")[-1].strip() if "####" in text else text.strip()
-
-
-def _local_file(source: str) -> Path | None:
-    """``source`` as a local data file, ``None`` if it names a hub data set (or a folder)."""
-    path = Path(source).expanduser()
-    if path.suffix.lower() in LOCAL_SUFFIXES:
-        if not path.is_file():
-            raise FileNotFoundError(f"data file {str(path)!r} does not exist")
-        return path
-    if path.is_file():
-        valid = ", ".join(LOCAL_SUFFIXES)
-        raise ValueError(f"data file {str(path)!r}: unsupported suffix; valid: {valid}")
-    return None
-
-
-def load_rows(source: str, config: str | None = None, split: str = "train") -> list[dict]:
-    """Raw rows of a local ``.json``/``.jsonl``/``.parquet`` file (one split: ``split`` is not
-    used) or of a hub data set's ``split``."""
-    from datasets import load_dataset  # here: importing datasets costs about a second
-
-    path = _local_file(source)
-    if path is not None:
-        ds = load_dataset(LOCAL_SUFFIXES[path.suffix.lower()], data_files=str(path), split="train")
-        return list(ds)
-    try:
-        ds = load_dataset(source, config, split=split)
-    except Exception as err:  # datasets raises many types; all mean "could not load it"
-        flags = [os.environ.get(k, "") for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")]
-        offline = any(f.lower() in ("1", "true", "yes", "on") for f in flags)
-        hint = " HF_HUB_OFFLINE is set: only cached data sets load." if offline else ""
-        raise ValueError(
-            f"could not load data set {source!r} (config {config!r}, split {split!r}) from the "
-            f"Hugging Face hub.{hint} A local .json/.jsonl/.parquet file also works. "
-            f"Cause: {type(err).__name__}: {err}"
-        ) from err
-    return list(ds)
-
-
-def _math_verify():
-    try:
-        import math_verify
-    except ImportError as err:
-        raise ImportError(
-            "the math task scores answers with math_verify, which is not installed: "
-            "pip install math-verify"
-        ) from err
-    return math_verify
-
-
-class MathTask(Task):
-    """GSM8K-style question/answer rows, scored with ``math_verify``.
-
-    Args:
-        dataset_name: a hub name (``"openai/gsm8k"``) or a local ``.json``/``.jsonl``/
-            ``.parquet`` file.
-        dataset_config: the hub config (``"main"`` for GSM8K); unused for local files.
-        split: the hub split to train on; unused for local files.
-        val_split: validation rows: a hub split name, or a second local file. ``None`` holds out
-            ``num_val`` rows of the training data (chosen by ``seed``).
-        prompt_key, answer_key: the columns with the question and the reference answer.
-        num_val: how many validation rows.
-        seed: which rows are held out when ``val_split`` is ``None``.
-    """
-
-    name = "math"
-
-    def __init__(
-        self,
-        dataset_name: str,
-        dataset_config: str | None = None,
-        split: str = "train",
-        val_split: str | None = None,
-        prompt_key: str = "question",
-        answer_key: str = "answer",
-        num_val: int = 200,
-        seed: int = 0,
-    ):
-        if num_val < 1:
-            raise ValueError(f"task 'math': num_val must be >= 1, got {num_val}")
-        self.prompt_key, self.answer_key = prompt_key, answer_key
-        rows = self._rows(load_rows(dataset_name, dataset_config, split), dataset_name)
-        if val_split is None:
-            if num_val >= len(rows):
-                raise ValueError(
-                    f"task 'math': num_val={num_val} would hold out all {len(rows)} rows of "
-                    f"{dataset_name!r}; lower num_val or give val_split"
-                )
-            order = list(range(len(rows)))
-            random.Random(f"rlnb/math/val/{seed}").shuffle(order)
-            held = set(order[:num_val])
-            self._val = [rows[i] for i in sorted(held)]
-            self._train = [r for i, r in enumerate(rows) if i not in held]
-        else:
-            if _local_file(dataset_name) is not None and _local_file(val_split) is None:
-                raise ValueError(
-                    f"task 'math': {dataset_name!r} is a local file with one split, so "
-                    f"val_split must be a second local file, got {val_split!r}"
-                )
-            source = val_split if _local_file(val_split) is not None else dataset_name
-            val_raw = load_rows(source, dataset_config, val_split)
-            self._val = self._rows(val_raw, f"{source} ({val_split})")[:num_val]
-            self._train = rows
-        self._gold: dict[str, list] = {}  # parsed references, reused across steps
-
-    def _rows(self, raw: list[dict], source: str) -> list[dict]:
-        """``{"prompt", "answer"}`` rows; every row is checked before any is used."""
-        bad = []
-        for i, r in enumerate(raw):
-            for key in (self.prompt_key, self.answer_key):
-                value = r.get(key)
-                if value is None or not str(value).strip():
-                    bad.append(f"row {i} has no {key!r} (or it is empty)")
-        if bad:
-            more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
-            cols = list(raw[0]) if raw else []
-            raise ValueError(f"data set {source!r}: {'; '.join(bad[:3])}{more}; columns: {cols}")
-        if not raw:
-            raise ValueError(f"data set {source!r} has no rows")
-        return [
-            {"prompt": str(r[self.prompt_key]), "answer": extract_reference(r[self.answer_key])}
-            for r in raw
-        ]
-
-    def train_rows(self, n: int, seed: int = 0) -> list[dict]:
-        """``n`` rows in epochs: each pass over the data is a fresh shuffle of ``seed``."""
-        rng = random.Random(f"rlnb/math/train/{seed}")
-        out: list[dict] = []
-        while len(out) < n:
-            order = list(range(len(self._train)))
-            rng.shuffle(order)
-            out.extend(dict(self._train[i]) for i in order[: n - len(out)])
-        return out
-
-    def val_rows(self, n: int | None = None) -> list[dict]:
-        return _take(self._val, n, "task 'math'")
-
-    def score(self, prompts: list[str], responses: list[str], rows: list[dict]) -> Rewards:
-        """``math_verify`` equivalence of each response with its row's answer; ``[B]`` rewards.
-        ``format`` is 1 when an answer could be extracted from the response at all."""
-        _check_batch(self.name, prompts, responses, rows)
-        mv = _math_verify()
-        # SIGALRM timeouts only work on the main thread; elsewhere math_verify would raise.
-        timeout = 5 if threading.current_thread() is threading.main_thread() else None
-        correct, fmt = [], []
-        for response, row in zip(responses, rows):
-            answer = str(row["answer"])
-            if answer not in self._gold:
-                self._gold[answer] = mv.parse(answer, parsing_timeout=timeout)
-            pred = mv.parse(response, parsing_timeout=timeout)
-            fmt.append(float(len(pred) > 0))
-            correct.append(
-                bool(pred) and mv.verify(self._gold[answer], pred, timeout_seconds=timeout)
-            )
-        ok = torch.tensor(correct, dtype=torch.bool)
-        total = ok.float()  # [B]
-        return Rewards(
-            total=total,
-            components={"correct": total, "format": torch.tensor(fmt, dtype=torch.float32)},
-            correct=ok,
-        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -2,19 +2,19 @@
 
     logprobs[b, t] = log π_θ(x_t | x_<t) / with logits scaled by 1/temperature      [B, S]
 
-Implementation choices (spec §0, §2):
+Implementation choices (docs/algorithms.md#global-normalisation):
 1) Any causal LM by hub id or local path (``policy.model_name``); ``"tiny"`` builds the embedded
-   character-level Llama (``tiny_model.py``). A local path loads offline; a missing path or an
+   character-level Llama (``tiny.py``). A local path loads offline; a missing path or an
    unreachable hub id fails with the config key in the message.
 2) Log-probs use the *stored* layout: ``[B, S]`` with index t = log-prob of token t and index 0
    = 0, computed in float32 from logits divided by the sampling temperature (so they match the
    generation log-probs), in micro-batches of ``logprob_batch_size`` without gradient.
 3) Position ids come from the attention mask (cumulative count), as in generation, so rows with
    left padding see the same positions in both.
-4) ``train`` splits a batch into global batches of ``train_global_batch_size`` rows (one
+4) ``optimizer_step`` splits a batch into global batches of ``train_global_batch_size`` rows (one
    optimizer step each) and those into micro-batches; each micro-batch loss is normalised by the
-   *global* valid token/sequence counts (spec §2), so the accumulated gradient is exactly the
-   full global batch's. Metrics are combined by spec §2: summed over micro-batches (``*_min`` /
+   *global* valid token/sequence counts, so the accumulated gradient is exactly the
+   full global batch's. Metrics are combined as NeMo-RL does: summed over micro-batches (``*_min`` /
    ``*_max`` by min / max), then averaged over global batches.
 5) AdamW with linear warm-up then constant learning rate; gradient-norm clipping.
 6) The reference policy is a frozen copy, made only when the KL penalty needs one.
@@ -33,8 +33,8 @@ from pydantic import Field
 from rlnb.algorithms.reduction import global_valid_counts, sum_partial_metrics
 from rlnb.config import Config
 from rlnb.engine.distributed import Distributed
-from rlnb.engine.generation import GenerationConfig
-from rlnb.engine.tiny_model import build_char_tokenizer, build_tiny_llama
+from rlnb.engine.models.generation import GenerationConfig
+from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
 
 
 class TinyModelConfig(Config):
@@ -118,7 +118,7 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 class Policy:
-    """The trainable model with its optimizer; ``logprobs`` and ``train`` are its two verbs."""
+    """The trainable model with its optimizer; ``logprobs`` and ``optimizer_step`` are its verbs."""
 
     def __init__(
         self,
@@ -155,6 +155,11 @@ class Policy:
             )
             if self.reference_model is not None:  # prepare moved the policy, not the copy
                 self.reference_model.to(self.device)
+
+    def sync_reference(self) -> None:
+        """Make the reference (if there is one) a copy of the current weights again."""
+        if self.reference_model is not None:
+            self.reference_model.load_state_dict(self.model.state_dict())
 
     def make_reference(self):
         """A frozen copy of the current weights (the KL anchor)."""
@@ -206,10 +211,11 @@ class Policy:
         model.train(was_training)
         return torch.cat(chunks)
 
-    def train(
+    def optimizer_step(
         self, data: dict[str, torch.Tensor], loss_fn: Callable, *, dry_run: bool = False
     ) -> dict[str, float]:
-        """One optimizer step per global batch of ``data`` (stored ``[B, S]`` tensors).
+        """One optimizer step per global batch of ``data`` (stored ``[B, S]`` tensors): one step
+        when the batch fits in ``train_global_batch_size`` rows, as in the default config.
 
         Args:
             data: ``input_ids``, ``attention_mask``, ``token_mask``, ``sample_mask`` and what
@@ -234,7 +240,7 @@ class Policy:
             n_seq, n_tok = global_valid_counts(
                 data["token_mask"][rows, 1:], data["sample_mask"][rows]
             )
-            n_seq, n_tok = self.dist.sum(n_seq), self.dist.sum(n_tok)  # over all ranks (spec §2)
+            n_seq, n_tok = self.dist.sum(n_seq), self.dist.sum(n_tok)  # over all ranks
             parts = []
             if not dry_run:
                 self.optimizer.zero_grad(set_to_none=True)

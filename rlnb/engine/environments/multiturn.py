@@ -28,8 +28,8 @@ import torch
 from pydantic import Field
 
 from rlnb.config import Config
-from rlnb.engine.environments import Environment, Rewards, StepResult, check_rewards
-from rlnb.engine.generation import Generations, left_pad, tokenize_prompts
+from rlnb.engine.environments.base import Environment, Rewards, StepResult, check_rewards
+from rlnb.engine.models.generation import Generations, left_pad, tokenize_prompts
 
 
 class EnvConfig(Config):
@@ -73,7 +73,7 @@ class RetryEnvironment(Environment):
 
 @dataclass
 class Conversations:
-    """B sampled episodes in the rollout layout (see ``Generations``): prompt ``[B, P]``
+    """B sampled episodes in the rollout layout (see ``Generations``): prompt ``[B, L]``
     left-padded, then everything after it ``[B, R]`` right-padded, with ``token_mask`` ``[B, R]``
     marking the generated tokens among the observations."""
 

@@ -25,7 +25,6 @@ Implementation choices:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -146,21 +145,31 @@ class Environment(ABC):
         return StepResult(rewards=rewards, done=[True] * len(rows), observations=[None] * len(rows))
 
 
-def stack_rewards(parts: Sequence[Rewards]) -> Rewards:
-    """Concatenate rewards of consecutive chunks of a batch (``[B1] + [B2] -> [B1+B2]``).
+class Task(Environment):
+    """An environment that also provides its rows: ``train_rows`` and held-out ``val_rows``."""
 
-    Every part must have the same component names.
-    """
-    if not parts:
-        raise ValueError("stack_rewards needs at least one Rewards")
-    names = list(parts[0].components)
-    for j, p in enumerate(parts):
-        if list(p.components) != names:
-            raise ValueError(
-                f"stack_rewards: part {j} has components {list(p.components)}, part 0 has {names}"
-            )
-    return Rewards(
-        total=torch.cat([p.total for p in parts]),
-        components={k: torch.cat([p.components[k] for p in parts]) for k in names},
-        correct=torch.cat([p.correct for p in parts]),
-    )
+    name = "task"
+
+    @abstractmethod
+    def train_rows(self, n: int, seed: int = 0) -> list[dict]:
+        """``n`` training rows, the same for the same ``seed``; never a validation problem."""
+
+    @abstractmethod
+    def val_rows(self, n: int | None = None) -> list[dict]:
+        """The first ``n`` held-out rows (all of them for ``None``), always the same."""
+
+
+def _check_batch(name: str, prompts: list[str], responses: list[str], rows: list[dict]):
+    if not len(prompts) == len(responses) == len(rows):
+        raise ValueError(
+            f"task {name!r}: {len(prompts)} prompts, {len(responses)} responses and "
+            f"{len(rows)} rows; expected one of each per response"
+        )
+
+
+def _take(rows: list[dict], n: int | None, what: str) -> list[dict]:
+    if n is None:
+        n = len(rows)
+    if not 0 <= n <= len(rows):
+        raise ValueError(f"{what} has {len(rows)} validation rows, asked for {n}")
+    return [dict(r) for r in rows[:n]]  # copies: a caller editing a row must not change ours

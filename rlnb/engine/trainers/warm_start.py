@@ -12,24 +12,24 @@ Implementation choices:
    much the SFT run learns varies steeply with its length, and GRPO needs a policy that is
    right sometimes, not one that is already right.
 2) Its own AdamW (SFT takes a larger learning rate than RL); the policy's optimizer is untouched.
-3) The result is cached under ``$RLNB_CACHE_DIR`` (default ``~/.cache/rlnb``) keyed by a hash of
-   the model, task and SFT configs and the seed, so later runs start from it at once.
+3) It runs on its own random state, seeded with the loop's seed, and leaves the caller's alone:
+   what follows is the same whether the warm start ran or its result was loaded.
+4) Caching the result on disk is the run layer's job (``rlnb.run.warm_start_cache``); this module
+   only trains, and names the settings a cached result depends on (``warm_start_key``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
-from pathlib import Path
 
 import torch
 from pydantic import Field
 
 from rlnb.algorithms.preference import nll_loss
 from rlnb.config import Config
-from rlnb.engine.generation import tokenize_prompts
+from rlnb.engine.models.generation import tokenize_prompts
 
 
 class SFTConfig(Config):
@@ -47,16 +47,16 @@ class SFTConfig(Config):
     cache: bool = Field(True, description="Reuse a cached warm start with the same settings.")
 
 
-def cache_key(*parts) -> str:
+def warm_start_key(trainer, cfg: SFTConfig) -> str:
+    """A hash of everything the warm start's result depends on (model, task, SFT settings,
+    seed): two runs with the same key start GRPO from the same weights."""
+    parts = [trainer.config.policy.model_name, trainer.config.policy.tiny, trainer.config.data,
+             cfg.model_copy(update={"cache": True}), trainer.loop_config.seed]
     blob = json.dumps(
         [p.model_dump(mode="json") if hasattr(p, "model_dump") else p for p in parts],
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("RLNB_CACHE_DIR", Path.home() / ".cache" / "rlnb"))
 
 
 def supervised_batch(tokenizer, rows: list[dict]) -> dict[str, torch.Tensor]:
@@ -81,41 +81,23 @@ def supervised_batch(tokenizer, rows: list[dict]) -> dict[str, torch.Tensor]:
 
 
 def sampled_accuracy(trainer, rows: list[dict]) -> float:
-    """Mean reward of one sampled response per row (the GRPO generation settings)."""
-    return float(trainer.generate_and_score(rows, 1, 0).rewards.mean())
+    """Mean reward of one sampled response per row (the generation settings of the loop)."""
+    from rlnb.engine.trainers.rollout import generate_and_score
+
+    return float(generate_and_score(trainer, rows, 1, 0).rewards.mean())
 
 
 def warm_start(trainer, cfg: SFTConfig, *, progress: bool = False, log=print) -> dict:
-    """Run (or load from the cache) the supervised warm start on ``trainer.policy``.
-
-    It runs on its own random state, seeded with ``grpo.seed``, and leaves the caller's alone:
-    what follows is the same whether the warm start ran or came from the cache.
-    """
+    """Run the supervised warm start on ``trainer.policy`` (choice 3: on its own random state).
+    Returns ``{"steps", "final_loss", "probe_accuracy", "seconds"}``."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(trainer.config.grpo.seed)
+        torch.manual_seed(trainer.loop_config.seed)
         return _warm_start(trainer, cfg, progress=progress, log=log)
 
 
 def _warm_start(trainer, cfg: SFTConfig, *, progress: bool, log) -> dict:
     policy, task = trainer.policy, trainer.task
-    key = cache_key(
-        trainer.config.policy.model_name,
-        trainer.config.policy.tiny,
-        trainer.config.data,
-        cfg,
-        trainer.config.grpo.seed,
-    )
-    path = cache_dir() / "warm_start" / key
-    if cfg.cache and (path / "model.safetensors").exists():
-        from safetensors.torch import load_file
-
-        policy.model.load_state_dict(load_file(path / "model.safetensors"), strict=False)
-        if policy.reference_model is not None:
-            policy.reference_model.load_state_dict(policy.model.state_dict())
-        info = json.loads((path / "info.json").read_text())
-        log(f"warm start: loaded from cache {path} ({info['steps']} SFT steps)")
-        return {**info, "cached": True}
-    seed = trainer.config.grpo.seed
+    seed = trainer.loop_config.seed
     probe = task.train_rows(10**6 + cfg.eval_prompts, seed + 1)[-cfg.eval_prompts :]
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr)
     rows = task.train_rows(cfg.max_steps * cfg.batch_size, seed + 2)
@@ -134,7 +116,7 @@ def _warm_start(trainer, cfg: SFTConfig, *, progress: bool, log) -> dict:
             policy.model,
             batch["input_ids"].to(policy.device),
             batch["attention_mask"].to(policy.device),
-        )
+        )  # [B, S]
         loss, _ = nll_loss(
             logprobs[:, 1:],
             batch["token_mask"][:, 1:].to(policy.device),
@@ -153,31 +135,15 @@ def _warm_start(trainer, cfg: SFTConfig, *, progress: bool, log) -> dict:
                 break
     if bar is not None:
         bar.close()
-    if policy.reference_model is not None:  # the KL anchor is the warm-started policy
-        policy.reference_model.load_state_dict(policy.model.state_dict())
+    policy.sync_reference()  # the KL anchor is the warm-started policy
     info = {
         "steps": steps,
         "final_loss": loss.item(),
         "probe_accuracy": accuracy,
         "seconds": time.perf_counter() - start,
     }
-    if cfg.cache and trainer.dist.is_main:
-        from safetensors.torch import save_file
-
-        from rlnb.run.atomic import atomic_dir
-
-        with atomic_dir(path) as tmp:
-            state = {k: v.detach().cpu().contiguous() for k, v in policy.model.state_dict().items()}
-            # tied embeddings share storage: save each tensor once
-            seen, unique = set(), {}
-            for k, v in state.items():
-                if v.data_ptr() not in seen:
-                    seen.add(v.data_ptr())
-                    unique[k] = v
-            save_file(unique, tmp / "model.safetensors")
-            (tmp / "info.json").write_text(json.dumps(info))
     log(
         f"warm start: {steps} SFT steps in {info['seconds']:.1f}s, loss {info['final_loss']:.3f}, "
         f"probe accuracy {accuracy:.2f}"
     )
-    return {**info, "cached": False}
+    return info

@@ -29,23 +29,25 @@ from pydantic import Field
 
 from rlnb.algorithms.checks import choose
 from rlnb.config import Config
+from rlnb.engine.models.vllm_backend import VLLMConfig, VLLMGenerationBackend  # imports no vllm
 
 
 class GenerationConfig(Config):
     """``policy.generation``: how responses are sampled."""
 
-    backend: str = Field("hf", description="hf (transformers generate) | vllm (GPU).")
+    backend: str = Field("hf", description="hf (transformers generate) | vllm (docs/vllm.md).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature; 1.0 = on-policy.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling; 1.0 disables.")
     top_k: int | None = Field(None, ge=1, description="Top-k sampling; None disables.")
     max_new_tokens: int = Field(8, ge=1, description="Response budget; longer = truncated.")
     stop_strings: list[str] | None = Field(None, description="Also end a response at these.")
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="backend=vllm's engine.")
 
 
 @dataclass
 class Generations:
-    """A batch of sampled responses (B rows). Prompt tensors are left-padded ``[B, P]``,
-    response tensors right-padded ``[B, R]``."""
+    """A batch of sampled responses (B rows). Prompt tensors are left-padded ``[B, L]`` (L the
+    longest prompt), response tensors right-padded ``[B, R]`` (R the longest response)."""
 
     prompt_ids: torch.Tensor
     prompt_mask: torch.Tensor
@@ -54,6 +56,7 @@ class Generations:
     generation_logprobs: torch.Tensor
     truncated: torch.Tensor  # [B] bool
     texts: list[str]
+    weight_version: int = 0  # the backend's refits so far: which weights sampled these
 
 
 class GenerationBackend(ABC):
@@ -67,7 +70,7 @@ class GenerationBackend(ABC):
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
         max_new_tokens: int | None = None,
     ) -> Generations:
-        """Sample from token ids (left-padded ``[B, P]``): multi-turn rollouts continue a
+        """Sample from token ids (left-padded ``[B, L]``): multi-turn rollouts continue a
         conversation token for token, without a decode/re-encode round trip."""
         raise NotImplementedError(
             f"{type(self).__name__} cannot generate from token ids (multi-turn rollouts need it)"
@@ -78,7 +81,7 @@ class GenerationBackend(ABC):
 
 
 def tokenize_prompts(tokenizer, prompts: list[str], max_length: int | None = None):
-    """Left-padded ``(ids [B, P], mask [B, P])``; a BOS token is prepended when the tokenizer
+    """Left-padded ``(ids [B, L], mask [B, L])``; a BOS token is prepended when the tokenizer
     has one and does not add it itself. A prompt longer than ``max_length`` is an error."""
     # one tokenizer call per distinct prompt (a GRPO batch repeats each prompt G times)
     distinct = list(dict.fromkeys(prompts))
@@ -99,7 +102,7 @@ def tokenize_prompts(tokenizer, prompts: list[str], max_length: int | None = Non
 
 
 def left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token id lists -> left-padded ``(ids [B, W], mask [B, W])``, W the longest row."""
+    """Token id lists -> left-padded ``(ids [B, L], mask [B, L])``, L the longest row."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -146,6 +149,11 @@ class HFGenerationBackend(GenerationBackend):
     def __init__(self, model, tokenizer, config: GenerationConfig, max_prompt_length=None):
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.max_prompt_length = max_prompt_length
+        self.weight_version = 0
+
+    def refresh_weights(self, model: torch.nn.Module) -> None:
+        """Nothing to load (the policy's own module samples); counts the version."""
+        self.weight_version += 1
 
     @torch.no_grad()
     def generate(self, prompts: list[str]) -> Generations:
@@ -199,6 +207,7 @@ class HFGenerationBackend(GenerationBackend):
             logprobs.squeeze(-1) * mask,
             truncated,
             texts,
+            self.weight_version,
         )
 
     def _stop_lengths(self, response_ids: torch.Tensor) -> torch.Tensor:
@@ -213,7 +222,7 @@ class HFGenerationBackend(GenerationBackend):
         return out
 
 
-GENERATION_BACKENDS = {"hf": HFGenerationBackend}
+GENERATION_BACKENDS = {"hf": HFGenerationBackend, "vllm": VLLMGenerationBackend}
 
 
 def make_generation_backend(model, tokenizer, config: GenerationConfig, max_prompt_length=None):

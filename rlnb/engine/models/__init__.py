@@ -1,0 +1,1 @@
+"""The models: the trainable policy, the embedded tiny model and the generation backends."""

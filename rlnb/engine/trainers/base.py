@@ -1,0 +1,211 @@
+"""What every training loop shares: its parts, its data stream, validation, the loop, its state.
+
+    trainer = GRPOTrainer(config)             # a loop = this base + its stage methods
+    for metrics in trainer.train(100): ...    # one StepMetrics per step (plus validation)
+
+A loop (GRPO, PPO, async GRPO) subclasses ``Trainer`` and writes its stages (``rollout``,
+``compute_advantages``, ``update``, ...) and ``step``; this module holds the plumbing around
+them, so a loop's own module reads as its algorithm.
+
+Implementation choices:
+1) The trainer knows nothing of run directories, loggers or widgets (they live in higher
+   layers): ``train`` yields ``StepMetrics`` (the metrics, and the step's stage results) and the
+   consumer (``rlnb.run.session.TrainingRun``, the dashboard) logs, checkpoints and plots them.
+2) The loop's section of the config (``grpo`` or ``ppo``) is ``loop_config``; every loop reads
+   the same keys from it (sizes, seed, validation schedule), with NeMo-RL's names.
+3) Validation samples on its own random state (seeded by the seed and the step), so it never
+   draws from the training stream: a run validated at other steps, or resumed, trains exactly
+   the same.
+4) The data stream is the task's seeded row stream; the position (``consumed_prompts``) is the
+   save state, so a resumed run reads exactly the rows it would have read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from rlnb.algorithms.policy_loss import ClippedPGLossFn
+from rlnb.engine.batches import StepMetrics
+from rlnb.engine.distributed import Distributed
+from rlnb.engine.models.generation import make_generation_backend
+
+
+def needs_reference(config) -> bool:
+    """Whether the run keeps a frozen reference policy: a KL penalty (in the loss or in the
+    reward) that is not switched off by ``skip_reference_policy_logprobs_calculation``."""
+    loop = getattr(config, "ppo", None) or config.grpo
+    return (config.loss_fn.reference_policy_kl_penalty > 0
+            and not loop.skip_reference_policy_logprobs_calculation)
+
+
+@contextlib.contextmanager
+def isolated_rng(seed: int, device: torch.device | None = None):
+    """Run the block on its own seeded random state; the caller's state is untouched after."""
+    devices = [device] if device is not None and device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+class Trainer:
+    """The parts and plumbing of a loop; subclasses add the stages and ``step``.
+
+    Args:
+        config: the run's config (``rlnb.load_config(...)``, a ``MasterConfig``).
+        policy, task: pre-built parts (default: built from the config).
+        accelerator: an ``accelerate.Accelerator`` for several processes, else None.
+    """
+
+    loop_section = "grpo"  # the config section with the loop's keys
+
+    def __init__(self, config, *, policy=None, task=None, accelerator=None):
+        from rlnb.engine.environments.tasks import build_task
+        from rlnb.engine.models.policy import Policy
+
+        if not all(hasattr(config, s) for s in (self.loop_section, "policy", "loss_fn", "data")):
+            raise TypeError(
+                f"{type(self).__name__} takes a loaded config, got {type(config).__name__}: "
+                f"build one with rlnb.load_config(path_or_dict_or_None, overrides)")
+        self.config = config
+        self.dist = Distributed(accelerator)
+        loop = self.loop_config
+        torch.manual_seed(loop.seed + 1000 * self.dist.rank)
+        self.loss_fn = ClippedPGLossFn(config.loss_fn)
+        self.need_reference = needs_reference(config)
+        self.policy = policy or Policy(
+            config.policy, seed=loop.seed, need_reference=self.need_reference, dist=self.dist
+        )
+        self.task = task or build_task(config.data)
+        self.env = config.env.build(self.task)  # what steps multi-turn conversations
+        if self.env is not self.task and loop.max_rollout_turns == 1:
+            raise ValueError(
+                f"env.name={config.env.name!r} is a multi-turn environment, but "
+                f"{self.loop_section}.max_rollout_turns is 1 (it would never be asked a second "
+                "turn)")
+        p = config.policy
+        self.max_prompt_length = p.max_total_sequence_length - p.generation.max_new_tokens
+        self.generator = make_generation_backend(
+            self.policy.model, self.policy.tokenizer, p.generation, self.max_prompt_length
+        )
+        if getattr(loop, "reuse_generation_logprobs", False) and not getattr(
+            self.generator, "shares_policy_weights", False
+        ):
+            raise ValueError(
+                f"{self.loop_section}.reuse_generation_logprobs needs a generation backend that "
+                f"samples with the policy's own weights; policy.generation.backend="
+                f"{p.generation.backend!r} does not (set it to false)")
+        self.step_count = 0  # completed steps (the save state's current_step)
+        self.consumed_prompts = 0  # data position in the task's training stream
+        self._stream: list[dict[str, Any]] = []
+        self.total_valid_tokens = 0  # tokens trained on (save state)
+        self.last_validation: dict[str, float] = {}
+
+    @property
+    def loop_config(self):
+        """The config section of this loop (``grpo`` or ``ppo``)."""
+        return getattr(self.config, self.loop_section)
+
+    # ------------------------------------------------------------------ data
+    def next_prompt_rows(self, n: int | None = None) -> list[dict[str, Any]]:
+        """The next ``n`` training rows for this rank (advances the data position)."""
+        loop = self.loop_config
+        n = n or loop.num_prompts_per_step
+        start = self.consumed_prompts
+        if len(self._stream) < start + n:  # the task's seeded stream, grown by doubling
+            self._stream = self.task.train_rows(2 * (start + n), loop.seed)
+        rows = self._stream[start : start + n]  # position = consumed_prompts: resumable
+        self.consumed_prompts += n
+        return self.dist.shard(rows)
+
+    def format_prompt(self, row: dict[str, Any]) -> str:
+        from rlnb.engine.environments.tasks import format_prompt
+
+        return format_prompt(row, self.policy.tokenizer, self.config.policy.chat_template)
+
+    # ------------------------------------------------------------------ validation
+    @torch.no_grad()
+    def validate(self, num_prompts: int | None = None) -> dict[str, float]:
+        """Held-out accuracy: ``validation/accuracy`` (mean reward), ``avg_length``, ``pass_k``."""
+        from rlnb.engine.trainers.rollout import generate_and_score
+
+        loop = self.loop_config
+        available = len(self.task.val_rows())
+        rows = self.dist.shard(
+            self.task.val_rows(min(num_prompts or loop.max_val_samples, available)))
+        k = loop.val_num_generations_per_prompt
+        # choice 3: its own random state, so validating never shifts the training stream
+        with isolated_rng(loop.seed * 1_000_003 + self.step_count + 7, self.policy.device):
+            batch = generate_and_score(self, rows, k, self.step_count)
+        rewards = batch.rewards.view(len(rows), k)  # [P, k]
+        metrics = {
+            "validation/accuracy": float(rewards.mean()),
+            "validation/avg_length": float(batch.response_lengths.float().mean()),
+        }
+        if k > 1:
+            metrics["validation/pass_k"] = float((rewards > 0).any(dim=1).float().mean())
+        self.last_validation = self.dist.mean_dict(metrics)
+        return self.last_validation
+
+    # ------------------------------------------------------------------ the loop
+    def step(self) -> StepMetrics:  # pragma: no cover - every loop defines it
+        raise NotImplementedError
+
+    def train(self, num_steps: int | None = None, *, progress: bool = False
+              ) -> Iterator[StepMetrics]:
+        """Yield one ``StepMetrics`` per step, validation folded in at ``val_period`` (and a
+        validation-only record for step 0 when ``val_at_start``)."""
+        loop = self.loop_config
+        num_steps = loop.max_num_steps if num_steps is None else num_steps
+        if num_steps < 0:
+            raise ValueError(f"num_steps must be >= 0, got {num_steps}")
+        steps = range(num_steps)
+        if progress and self.dist.is_main:
+            from tqdm.auto import tqdm
+
+            steps = tqdm(steps, desc=type(self).__name__.removesuffix("Trainer"), unit="step")
+        if loop.val_at_start and self.step_count == 0 and loop.val_period:
+            yield StepMetrics({"step": 0, **self.validate()})
+        for i in steps:
+            metrics = self.step()
+            last = i == num_steps - 1
+            if loop.val_period and (self.step_count % loop.val_period == 0
+                                    or (last and loop.val_at_end)):
+                metrics.update(self.validate())
+            if progress and self.dist.is_main:
+                steps.set_postfix(
+                    reward=f"{metrics.get('train/reward', math.nan):.3f}",
+                    val=f"{self.last_validation.get('validation/accuracy', math.nan):.3f}")
+            yield metrics
+
+    # ------------------------------------------------------------------ hyperparameters
+    def reconfigure(self, overrides: dict[str, Any] | list[str], *, dry_run: bool = False
+                    ) -> dict[str, tuple[Any, Any]]:
+        """Change hyperparameters between steps (see ``hyperparameters.reconfigure``)."""
+        from rlnb.engine.trainers.hyperparameters import reconfigure
+
+        return reconfigure(self, overrides, dry_run=dry_run)
+
+    # ------------------------------------------------------------------ state
+    def state(self) -> dict[str, Any]:
+        """The save state (NeMo-RL's ``GRPOSaveState`` fields) plus the data position."""
+        return {
+            "current_step": self.step_count,
+            "total_steps": self.step_count,
+            "consumed_samples": self.consumed_prompts * self.loop_config.num_generations_per_prompt,
+            "current_epoch": 0,
+            "total_valid_tokens": self.total_valid_tokens,
+            "val_reward": self.last_validation.get("validation/accuracy"),
+            "data_position": {"consumed_prompts": self.consumed_prompts},
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.step_count = state["current_step"]
+        self.total_valid_tokens = state["total_valid_tokens"]
+        self.consumed_prompts = state["data_position"]["consumed_prompts"]
+        if state.get("val_reward") is not None:
+            self.last_validation = {"validation/accuracy": state["val_reward"]}

@@ -1,0 +1,167 @@
+"""The rollout stage every loop shares: sample, score, log-probs; dynamic sampling on top.
+
+    rows -> prompts (x G) -> generator -> responses -> environment -> rewards
+         -> log π_old (and log π_ref) of every generated token        = RolloutBatch
+
+Implementation choices:
+1) One function for single- and multi-turn rollouts: with ``max_rollout_turns > 1`` the
+   environment answers between turns (``multiturn.sample_conversations``) and ``token_mask``
+   marks only generated tokens; everything after that is the same.
+2) The previous-policy and reference log-probs are computed right away, so a ``RolloutBatch``
+   is complete: a replay after an update still uses the log-probs of the policy that generated
+   it. ``reuse_generation_logprobs`` takes them from the generator instead when it sampled with
+   the policy's own weights (they agree to ~1e-6; a KV-cache vs full-pass rounding).
+3) Dynamic sampling (DAPO) generates, so it lives here: generation batches are filtered by the
+   per-sample std of the shaped rewards until P·G rows survive
+   (docs/algorithms.md#dynamic-sampling); the advantage stage then recomputes baselines on the
+   surviving rows.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from rlnb.algorithms.baselines import calculate_baseline_and_std_per_prompt
+from rlnb.algorithms.dynamic_sampling import DynamicSamplingState, dynamic_sampling
+from rlnb.algorithms.rewards import scale_rewards, shape_rewards
+from rlnb.engine.batches import RolloutBatch, concat_rollouts
+from rlnb.engine.environments.base import check_rewards
+from rlnb.engine.environments.multiturn import sample_conversations
+
+
+def timer():
+    """``elapsed = timer(); ...; elapsed()`` -> seconds since the call."""
+    start = time.perf_counter()
+    return lambda: time.perf_counter() - start
+
+
+def generate_and_score(trainer, rows: list[dict[str, Any]], generations: int, step: int
+                       ) -> RolloutBatch:
+    """Sample ``generations`` responses per row, score them, compute their log-probs."""
+    rep_rows = [r for r in rows for _ in range(generations)]
+    prompts = [trainer.format_prompt(r) for r in rep_rows]
+    loop, p = trainer.loop_config, trainer.config.policy
+    extra: dict[str, float] = {}
+    if loop.max_rollout_turns > 1:  # prompt | turn | observation | turn ... (multiturn.py)
+        conv = sample_conversations(
+            trainer.generator, trainer.env, trainer.policy.tokenizer, prompts, rep_rows,
+            max_turns=loop.max_rollout_turns, max_new_tokens=p.generation.max_new_tokens,
+            max_total_length=p.max_total_sequence_length,
+            max_prompt_length=trainer.max_prompt_length,
+        )
+        gens, rewards, generated = conv.generations, conv.rewards, conv.token_mask
+        t_gen, t_reward = conv.seconds_generation, conv.seconds_environment
+        extra["train/mean_turns"] = float(conv.turns.float().mean())
+    else:
+        elapsed = timer()
+        gens = trainer.generator.generate(prompts)
+        t_gen = elapsed()
+        elapsed = timer()
+        rewards = check_rewards(
+            trainer.task.score(prompts, gens.texts, rep_rows), len(prompts), trainer.task.name)
+        t_reward = elapsed()
+        generated = gens.response_mask.float()
+    input_ids = torch.cat([gens.prompt_ids, gens.response_ids], dim=1)  # [B, S]
+    attention_mask = torch.cat([gens.prompt_mask, gens.response_mask], dim=1)  # [B, S]
+    zeros = torch.zeros_like(gens.prompt_ids, dtype=torch.float32)  # [B, L]
+    token_mask = torch.cat([zeros, generated], dim=1)  # [B, S]: 1 on generated tokens only
+    gen_lp = torch.cat([zeros, gens.generation_logprobs], dim=1)  # [B, S]
+    elapsed = timer()
+    if getattr(loop, "reuse_generation_logprobs", False):
+        prev = gen_lp * token_mask  # choice 2
+    else:
+        prev = trainer.policy.logprobs(input_ids, attention_mask) * token_mask
+    ref = (trainer.policy.logprobs(input_ids, attention_mask, reference=True) * token_mask
+           if trainer.need_reference else None)
+    t_lp = elapsed()
+    lengths = generated.sum(dim=1).long()  # generated tokens (observations excluded)
+    truncated = gens.truncated.float()
+    metrics = {
+        "timing/train/generation": t_gen,
+        "timing/train/reward_calculation": t_reward,
+        "timing/train/policy_and_reference_logprobs": t_lp,
+        "train/mean_gen_tokens_per_sample": float(lengths.float().mean()),
+        "train/max_gen_tokens_per_sample": float(lengths.max()),
+        "train/truncation_rate": float(truncated.mean()),
+        "train/natural_termination_rate": float(1 - truncated.mean()),
+        "train/mean_prompt_length": float(gens.prompt_mask.sum(1).float().mean()),
+        "train/total_num_tokens": float(attention_mask.sum()),
+        **extra,
+    }
+    return RolloutBatch(
+        step=step, rows=rep_rows, prompts=prompts, responses=gens.texts,
+        group=torch.arange(len(rows)).repeat_interleave(generations),
+        prompt_ids=gens.prompt_ids, input_ids=input_ids, attention_mask=attention_mask,
+        token_mask=token_mask, sample_mask=torch.ones(len(prompts)),
+        generation_logprobs=gen_lp, prev_logprobs=prev, reference_logprobs=ref,
+        rewards=rewards.total.float(), reward_components=dict(rewards.components),
+        correct=rewards.correct.bool(), truncated=gens.truncated, response_lengths=lengths,
+        weight_version=gens.weight_version, metrics=metrics,
+    )
+
+
+def shaped_rewards(loop, rewards, components, truncated, lengths):
+    """Reward scaling then shaping (docs/algorithms.md#reward-scaling-and-shaping), pure
+    functions of the raw rewards: ``(rewards [B], components name -> [B])``."""
+    if loop.reward_scaling.enabled:
+        kw = loop.reward_scaling.model_dump(exclude={"enabled"})
+        rewards = scale_rewards(rewards, **kw)
+        components = {k: scale_rewards(v, **kw) for k, v in components.items()}
+    if loop.reward_shaping.enabled:
+        kw = loop.reward_shaping.model_dump(exclude={"enabled"})
+        rewards = shape_rewards(rewards, truncated=truncated, response_lengths=lengths, **kw)
+    return rewards, components
+
+
+def sample_rollout(trainer, rows: list[dict[str, Any]] | None = None) -> RolloutBatch:
+    """P prompts x G responses (dynamic sampling if enabled), with the reward metrics."""
+    loop = trainer.loop_config
+    elapsed = timer()
+    if loop.use_dynamic_sampling:
+        batch = dynamic_sampling_rollout(trainer, rows)
+    else:
+        batch = generate_and_score(trainer, rows or trainer.next_prompt_rows(),
+                                   loop.num_generations_per_prompt, trainer.step_count)
+    batch.metrics["timing/train/rollout"] = elapsed()
+    r = batch.rewards.double()
+    moments = trainer.dist.mean_dict({"r": float(r.mean()), "r2": float((r * r).mean())})
+    batch.metrics["train/reward"] = moments["r"]
+    batch.metrics["train/reward_std"] = max(moments["r2"] - moments["r"] ** 2, 0.0) ** 0.5
+    return batch
+
+
+def dynamic_sampling_rollout(trainer, rows=None) -> RolloutBatch:
+    """Generate until P·G rows have a non-zero std (choice 3)."""
+    loop = trainer.loop_config
+    if trainer.dist.world_size > 1:  # ranks would need different numbers of batches
+        raise ValueError(f"{trainer.loop_section}.use_dynamic_sampling runs in one process only "
+                         "(ranks would draw different numbers of generation batches)")
+    train_size = loop.num_prompts_per_step * loop.num_generations_per_prompt
+    state, parts = DynamicSamplingState(), []
+    n_prompts = int(loop.num_prompts_per_step * loop.batch_multiplier)
+    while True:
+        part = generate_and_score(trainer, rows or trainer.next_prompt_rows(n_prompts),
+                                  loop.num_generations_per_prompt, trainer.step_count)
+        rows = None
+        part.group = part.group + sum(int(p.group.max()) + 1 for p in parts)
+        parts.append(part)
+        shaped, _ = shaped_rewards(loop, part.rewards, part.reward_components, part.truncated,
+                                   part.response_lengths)
+        _, std = calculate_baseline_and_std_per_prompt(
+            part.prompt_ids, shaped, leave_one_out=loop.adv_estimator.use_leave_one_out_baseline)
+        index = torch.arange(len(part)) + sum(len(p) for p in parts[:-1])
+        result = dynamic_sampling(
+            {"row": index.float(), "total_reward": shaped}, std=std,
+            baseline=torch.zeros_like(std), state=state, train_size=train_size,
+            max_gen_batches=loop.dynamic_sampling_max_gen_batches,
+        )
+        state = result.state
+        if result.batch is not None:
+            break
+    keep = result.batch["row"].long()
+    batch = concat_rollouts(parts, keep, trainer.policy.tokenizer.pad_token_id)
+    batch.metrics.update({f"train/{k}": v for k, v in result.metrics.items()})
+    return batch

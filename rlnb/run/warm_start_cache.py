@@ -1,0 +1,87 @@
+"""The warm start's on-disk cache: a run with the same model, task, SFT settings and seed starts
+GRPO from the weights an earlier run saved, at once.
+
+    $RLNB_CACHE_DIR/warm_start/<key>/model.safetensors + info.json   (default ~/.cache/rlnb)
+
+Implementation choices:
+1) The key is ``rlnb.engine.trainers.warm_start.warm_start_key`` (a hash of every setting the
+   result depends on); entries are written atomically (``atomic_dir``), so a crash never leaves a
+   half-written entry under the final name.
+2) An entry loads strictly: every tensor the model has, with its shape. A partial or corrupt
+   entry (a truncated file, missing tensors) is reported and rebuilt, never half-loaded.
+3) Tied embeddings share storage: each tensor is saved once and fills every name it backs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from rlnb.engine.trainers.warm_start import SFTConfig, warm_start, warm_start_key
+from rlnb.run.atomic import atomic_dir
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("RLNB_CACHE_DIR", Path.home() / ".cache" / "rlnb"))
+
+
+def cached_warm_start(trainer, cfg: SFTConfig, *, progress: bool = False, log=print,
+                      write: bool = True) -> dict:
+    """The warm start of ``trainer.policy``: loaded from the cache when ``cfg.cache`` and an entry
+    exists, else run (and saved when ``cfg.cache`` and ``write``). Returns its info dict with
+    ``cached`` (bool) and ``path``."""
+    path = cache_dir() / "warm_start" / warm_start_key(trainer, cfg)
+    if cfg.cache and (path / "model.safetensors").exists():
+        try:
+            info = _load(path, trainer.policy)
+            log(f"warm start: loaded from cache {path} ({info['steps']} SFT steps)")
+            return {**info, "cached": True, "path": str(path)}
+        except (ValueError, OSError, KeyError) as err:
+            log(f"warm start: the cache entry {path} is unusable ({err}); rebuilding it")
+            shutil.rmtree(path, ignore_errors=True)
+    info = warm_start(trainer, cfg, progress=progress, log=log)
+    if cfg.cache and write:
+        _save(path, trainer.policy, info)
+    return {**info, "cached": False, "path": str(path) if cfg.cache else None}
+
+
+def _load(path: Path, policy) -> dict:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        saved = load_file(path / "model.safetensors")
+        info = json.loads((path / "info.json").read_text())
+    except (SafetensorError, json.JSONDecodeError) as err:
+        raise ValueError(f"corrupt: {err}") from None
+    target = policy.model.state_dict()
+    by_storage: dict[int, str] = {}
+    for name, t in target.items():  # tied names: any saved one of a storage fills them all
+        if name in saved:
+            by_storage[t.data_ptr()] = name
+    missing = [n for n, t in target.items() if by_storage.get(t.data_ptr()) is None]
+    if missing or set(saved) - set(target):
+        raise ValueError(f"{len(missing)} of {len(target)} tensors missing "
+                         f"(e.g. {missing[:2]}), {len(set(saved) - set(target))} unknown")
+    state = {n: saved[by_storage[t.data_ptr()]] for n, t in target.items()}
+    bad = [n for n, t in target.items() if state[n].shape != t.shape]
+    if bad:
+        raise ValueError(f"shape mismatch in {bad[:2]}")
+    policy.model.load_state_dict(state, strict=True)
+    policy.sync_reference()
+    return info
+
+
+def _save(path: Path, policy, info: dict) -> None:
+    from safetensors.torch import save_file
+
+    with atomic_dir(path) as tmp:
+        seen, unique = set(), {}
+        for k, v in policy.model.state_dict().items():  # choice 3
+            if v.data_ptr() not in seen:
+                seen.add(v.data_ptr())
+                unique[k] = v.detach().cpu().contiguous()
+        save_file(unique, tmp / "model.safetensors")
+        (tmp / "info.json").write_text(json.dumps(info))

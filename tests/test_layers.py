@@ -1,0 +1,83 @@
+"""Layers import one way: rlnb.algorithms <- rlnb.engine <- rlnb.run <- widgets, nemo, CLI."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# module prefix -> layer; a module may import its own layer and the ones below it only
+LAYERS = [
+    ("rlnb.config", 0),  # the config base class: below everything
+    ("rlnb.algorithms", 1),
+    ("rlnb.engine", 2),
+    ("rlnb.run", 3),
+    ("rlnb.widgets", 4),
+    ("rlnb.nemo", 4),
+    ("rlnb.cli", 4),
+    ("rlnb.demo", 4),
+]
+JUPYTER = ("ipywidgets", "plotly", "IPython", "ipykernel", "jupyterlab", "papermill", "nbformat",
+           "nbclient", "nbconvert")
+
+
+def layer(module: str) -> int | None:
+    for prefix, n in LAYERS:
+        if module == prefix or module.startswith(prefix + "."):
+            return n
+    return None
+
+
+def module_files():
+    """(module name, path) of every module of the package, widgets/ as rlnb.widgets."""
+    for path in sorted((ROOT / "rlnb").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        yield ".".join(p for p in parts if p != "__init__"), path
+    for path in sorted((ROOT / "widgets").rglob("*.py")):
+        parts = ("rlnb", *path.relative_to(ROOT).with_suffix("").parts)
+        yield ".".join(p for p in parts if p != "__init__"), path
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """Every module an import statement names (top level and inside functions)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def test_no_layer_imports_a_higher_one():
+    wrong = []
+    for module, path in module_files():
+        own = layer(module)
+        if own is None:  # rlnb/__init__.py: lazy names only, no imports of higher layers
+            continue
+        for line, name in imports(path):
+            target = layer(name)
+            if target is not None and target > own:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} ({module}, layer {own}) imports "
+                             f"{name} (layer {target})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_core_library_never_imports_jupyter():
+    wrong = []
+    for module, path in module_files():
+        if module.startswith("rlnb.widgets"):
+            continue
+        for line, name in imports(path):
+            if name.split(".")[0] in JUPYTER:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    # the notebook runner drives papermill: its own layer, imported only by `rlnb run`/`sweep`
+    allowed = ("rlnb/run/notebooks.py", "rlnb/run/sweep.py", "rlnb/run/launch.py")
+    assert [w for w in wrong if not w.startswith(allowed)] == []
+
+
+def test_the_layer_check_catches_an_upward_import(tmp_path):
+    """The check itself: an engine module that imports the run layer is reported."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from rlnb.run.master_config import load_config\n")
+    assert [(n, layer(n)) for _, n in imports(bad)] == [("rlnb.run.master_config", 3)]
+    assert layer("rlnb.engine.trainers.grpo") == 2 < 3
