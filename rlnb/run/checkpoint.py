@@ -5,6 +5,7 @@
       optimizer.pt         {"optimizer": optimizer.state_dict(), "scheduler": ... or None}
       trainer_state.json   NeMo-RL's GRPOSaveState fields + "data_position"
       rng_state.pt         python random, numpy, torch CPU (and CUDA) generator states
+      <part>/, <part>_optimizer.pt   any other trained module of the loop (PPO's critic)
 
 Implementation choices:
 1) The step directory is built under a hidden name and renamed into place (``atomic_dir``), so a
@@ -33,13 +34,14 @@ import random
 import re
 import shutil
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from pydantic import Field
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from rlnb.config import Config
 from rlnb.run.atomic import atomic_dir
@@ -156,10 +158,13 @@ def save_checkpoint(
     tokenizer: Any | None = None,
     trainer_state: dict[str, Any],
     keep_last: int | None = None,
+    extra: Mapping[str, tuple[torch.nn.Module, Any, Any]] | None = None,
 ) -> Path:
     """Write ``ckpt_root/step_XXXXXX/`` atomically, prune to ``keep_last``; returns its path.
 
     ``model`` is a Hugging Face ``PreTrainedModel`` (unwrapped, not a DDP/accelerate wrapper).
+    ``extra`` maps a name to another trained ``(module, optimizer, scheduler)`` of the loop
+    (PPO's critic), saved as ``<name>/model.safetensors`` and ``<name>_optimizer.pt``.
     """
     _check_trainer_state(trainer_state)
     if keep_last is not None and keep_last < 1:
@@ -181,6 +186,16 @@ def save_checkpoint(
                     "scheduler": scheduler.state_dict() if scheduler is not None else None},
                    tmp / "optimizer.pt")
         torch.save(rng, tmp / "rng_state.pt")
+        for name, (module, opt, sched) in (extra or {}).items():
+            (tmp / name).mkdir()
+            state = {}
+            for k, v in module.state_dict().items():  # tied tensors: each storage once
+                if all(v.data_ptr() != w.data_ptr() for w in state.values()):
+                    state[k] = v.detach().cpu().contiguous()
+            save_file(state, tmp / name / "model.safetensors")
+            torch.save({"optimizer": opt.state_dict(),
+                        "scheduler": sched.state_dict() if sched is not None else None},
+                       tmp / f"{name}_optimizer.pt")
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
     if keep_last is not None:
         older = [p for _, p in list_checkpoints(ckpt_root) if p != final]
@@ -249,8 +264,10 @@ def load_checkpoint(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: Any | None = None,
+    extra: Mapping[str, tuple[torch.nn.Module, Any, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Restore ``model`` (in place), optimizer, scheduler and RNG states from a step directory.
+    """Restore ``model`` (in place), optimizer, scheduler, the ``extra`` modules (see
+    ``save_checkpoint``) and RNG states from a step directory.
 
     Returns the trainer state dict (GRPOSaveState keys + ``data_position``).
     """
@@ -267,5 +284,13 @@ def load_checkpoint(
             if states["scheduler"] is None:
                 raise ValueError(f"{path} was saved without a scheduler; pass scheduler=None")
             scheduler.load_state_dict(states["scheduler"])
+    for name, (module, opt, sched) in (extra or {}).items():
+        if not (path / name).is_dir():
+            raise ValueError(f"{path} holds no {name!r} (it was saved by another loop)")
+        _load_weights(path / name, module)
+        states = torch.load(path / f"{name}_optimizer.pt", map_location="cpu", weights_only=True)
+        opt.load_state_dict(states["optimizer"])
+        if sched is not None and states["scheduler"] is not None:
+            sched.load_state_dict(states["scheduler"])
     restore_rng_state(torch.load(path / "rng_state.pt", map_location="cpu", weights_only=True))
     return json.loads((path / "trainer_state.json").read_text())

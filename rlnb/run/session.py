@@ -36,7 +36,8 @@ from rlnb.run.master_config import MasterConfig, load_config
 
 
 class TrainingRun:
-    """Owns a trainer and everything it writes (see the module docstring)."""
+    """Owns a trainer (the loop the config names) and everything it writes (see the module
+    docstring)."""
 
     def __init__(
         self,
@@ -51,7 +52,7 @@ class TrainingRun:
         log=print,
     ):
         from rlnb.engine.distributed import Distributed
-        from rlnb.engine.trainers.grpo import GRPOTrainer
+        from rlnb.engine.trainers.loops import make_trainer
         from rlnb.run.loggers import make_loggers
         from rlnb.run.rundir import RunDir
         from rlnb.run.warm_start_cache import cached_warm_start
@@ -68,7 +69,7 @@ class TrainingRun:
             self.run_dir = RunDir(path, config=self.config.model_dump(mode="json"), resume=resume)
         self.path = path
         try:
-            self.trainer = GRPOTrainer(self.config, accelerator=accelerator)
+            self.trainer = make_trainer(self.config, accelerator=accelerator)
             self.warm_start = None
             if self.config.sft.enabled:
                 # seeded by the loop's seed on its own random state: the same on every rank
@@ -115,7 +116,7 @@ class TrainingRun:
         return save_checkpoint(
             self.checkpoint_root, t.step_count, model=t.policy.model, optimizer=t.policy.optimizer,
             scheduler=t.policy.scheduler, tokenizer=t.policy.tokenizer,
-            trainer_state=t.state(), keep_last=c.keep_top_k,
+            trainer_state=t.state(), keep_last=c.keep_top_k, extra=t.checkpoint_parts(),
         )
 
     def _resume(self) -> None:
@@ -124,7 +125,7 @@ class TrainingRun:
             raise ValueError(f"cannot resume {self.path}: no checkpoint in {self.checkpoint_root}")
         t = self.trainer
         state = load_checkpoint(ckpt, model=t.policy.model, optimizer=t.policy.optimizer,
-                                scheduler=t.policy.scheduler)
+                                scheduler=t.policy.scheduler, extra=t.checkpoint_parts())
         t.load_state(state)
         if self.run_dir is not None:
             self.run_dir.truncate_metrics(after_step=t.step_count)

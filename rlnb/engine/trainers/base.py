@@ -203,6 +203,11 @@ class Trainer:
             "data_position": {"consumed_prompts": self.consumed_prompts},
         }
 
+    def checkpoint_parts(self) -> dict[str, tuple[Any, Any, Any]]:
+        """Trained modules besides the policy, as ``name -> (module, optimizer, scheduler)``,
+        for checkpoints (PPO: its critic). None here."""
+        return {}
+
     def load_state(self, state: dict[str, Any]) -> None:
         self.step_count = state["current_step"]
         self.total_valid_tokens = state["total_valid_tokens"]

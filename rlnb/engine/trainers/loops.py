@@ -1,0 +1,24 @@
+"""The training loops by name: ``algorithm: grpo`` in a config picks ``GRPOTrainer``.
+
+    trainer = make_trainer(rlnb.load_config("configs/tiny.yaml"))
+"""
+
+from __future__ import annotations
+
+from rlnb.algorithms.checks import choose
+
+
+def _grpo():
+    from rlnb.engine.trainers.grpo import GRPOTrainer
+
+    return GRPOTrainer
+
+
+def make_trainer(config, **kwargs):
+    """The trainer of the loop ``config`` names (``config.algorithm``, default ``grpo``)."""
+    name = getattr(config, "algorithm", "grpo")
+    return choose(TRAINERS, name, "training loop (algorithm)")()(config, **kwargs)
+
+
+# name -> a function returning the trainer class (imported on use: each loop loads its own parts)
+TRAINERS = {"grpo": _grpo}
