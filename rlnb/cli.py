@@ -1,6 +1,7 @@
 """The ``rlnb`` command line.
 
     rlnb train [CONFIG.yaml] [key=value ...] [--run-dir DIR] [--resume DIR]
+    rlnb verify RUN_DIR [--from-step K] [--steps N]   replay steps from a checkpoint, compare
     rlnb demo                     a tour of the estimators and losses on one frozen batch
     rlnb run NOTEBOOK [-p KEY VALUE ...] [--run-dir DIR]          execute it headless
     rlnb sweep NOTEBOOK [-p KEY V1,V2 ...] [--root DIR]           one run per grid point + report
@@ -15,6 +16,7 @@ appended to the notebook's ``overrides``, any other KEY a papermill parameter. E
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -40,6 +42,9 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume and args.run_dir:
         print("rlnb train: give either --run-dir or --resume, not both", file=sys.stderr)
         return 2
+    if args.steps is not None and args.steps < 0:
+        print(f"rlnb train: --steps must be >= 0, got {args.steps}", file=sys.stderr)
+        return 2
     try:
         run = TrainingRun(
             config,
@@ -50,14 +55,26 @@ def _train(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
         )
         summary = run.train(args.steps)
-    except ValueError as err:
-        print(f"rlnb train: {err}", file=sys.stderr)
+    except USER_ERRORS as err:
+        print(f"rlnb train: {_message(err)}", file=sys.stderr)
         return 2
     # only after success: a barrier with a failed rank would wait until the gloo timeout
     run.close()
     if run.dist.is_main:
         print(format_summary(summary))
     return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from rlnb.run.verify import verify_run
+
+    try:
+        report = verify_run(args.run_dir, args.from_step, args.steps)
+    except USER_ERRORS as err:
+        print(f"rlnb verify: {_message(err)}", file=sys.stderr)
+        return 2
+    print(f"\nrlnb verify: {report.summary()}")
+    return 0 if report.exact else 1
 
 
 # --------------------------------------------------------------------------- notebooks
@@ -75,12 +92,12 @@ def _notebook_command(name: str, call) -> int:
     """Run ``call()``; bad arguments exit 2 with one line, before anything is written."""
     try:
         return call()
-    except (ValueError, FileNotFoundError) as err:
-        print(f"rlnb {name}: {err}", file=sys.stderr)
-        return 2
     except ImportError as err:
         print(f"rlnb {name}: {err.name or err} is missing; notebooks need the notebook extra: "
               "pip install -e '.[notebook]'", file=sys.stderr)
+        return 2
+    except USER_ERRORS as err:
+        print(f"rlnb {name}: {_message(err)}", file=sys.stderr)
         return 2
 
 
@@ -221,6 +238,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
     train.set_defaults(func=_train)
+    verify = sub.add_parser("verify", help="replay a run's steps from a checkpoint and compare "
+                                           "them with what it logged (exit 1 on a difference)")
+    verify.add_argument("run_dir", help="the run directory")
+    verify.add_argument("--from-step", type=int, default=None, metavar="K",
+                        help="the checkpoint to start from (default: the earliest)")
+    verify.add_argument("--steps", type=int, default=None, metavar="N",
+                        help="steps to replay (default: every logged step after K)")
+    verify.set_defaults(func=_verify)
 
     run = sub.add_parser("run", help="execute a notebook headless into a run directory")
     _notebook_arguments(run, "VALUE", "a parameter of the notebook")
@@ -244,6 +269,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# A user's mistake (a bad config value, a missing file, a missing optional package) is one of
+# these, with a message that names the culprit: exit 2, one line, no traceback.
+USER_ERRORS = (ValueError, FileNotFoundError, ImportError)
+
+
+def _message(err: BaseException) -> str:
+    if isinstance(err, ImportError) and not isinstance(err, ModuleNotFoundError):
+        return str(err)
+    if isinstance(err, ModuleNotFoundError):
+        return f"{err.name} is not installed ({err})"
+    return str(err)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -251,7 +289,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command != "train" or any(x.startswith("-") for x in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.items = [*args.items, *extra]
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print(f"\nrlnb {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # not a user's mistake: one line, the traceback on request
+        if os.environ.get("RLNB_DEBUG"):
+            raise
+        print(f"rlnb {args.command}: failed: {type(err).__name__}: {_message(err)} "
+              "(RLNB_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from tiny_config import TINY
 
 from rlnb.run.session import TrainingRun
@@ -91,3 +92,34 @@ def test_rlnb_train_command_prints_a_summary(tmp_path):
                          cwd=tmp_path)
     assert bad.returncode == 2 and "did you mean 'ratio_clip_max'" in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+# The default config (configs/tiny.yaml: 16 prompts x 16 responses, validation on, the default
+# log-prob reuse), with a short warm start: a run cut at `stop` and resumed repeats the
+# uninterrupted run bit for bit, whether validation falls on the stop step or not.
+DEFAULT = ["sft.max_steps=20", "sft.stop_at_accuracy=null", "grpo.max_num_steps=5",
+           "grpo.max_val_samples=32"]
+
+
+@pytest.mark.parametrize(("val_period", "save_period", "stop"), [
+    (3, 3, 3),  # validation and a checkpoint on the stop step
+    (2, 1, 3),  # validation not on the stop step (the cut run validates at its end), and a
+])              # checkpoint every step
+def test_resume_matrix_on_the_default_config(tmp_path, val_period, save_period, stop):
+    over = [*DEFAULT, f"grpo.val_period={val_period}", f"checkpointing.save_period={save_period}"]
+    quiet = {"progress": False, "log": lambda *a: None}
+    full = TrainingRun(None, overrides=over, run_dir=tmp_path / "full", **quiet)
+    full.train()
+    cut = TrainingRun(None, overrides=over, run_dir=tmp_path / "cut", **quiet)
+    cut.train(stop)
+    resumed = TrainingRun(None, run_dir=tmp_path / "cut", resume=True, **quiet)  # its own config
+    assert resumed.trainer.step_count == stop
+    resumed.train()
+    a, b = comparable(full.run_dir.read_metrics()), comparable(resumed.run_dir.read_metrics())
+    a_after = [m for m in a if m["step"] > stop]
+    b_after = [m for m in b if m["step"] > stop]
+    assert [m["step"] for m in b_after] == list(range(stop + 1, 6))
+    assert a_after == b_after  # training and validation metrics, to the bit
+    for p, q in zip(full.trainer.policy.model.parameters(),
+                    resumed.trainer.policy.model.parameters()):
+        assert torch.equal(p, q)

@@ -87,6 +87,63 @@ def list_checkpoints(ckpt_root: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def checkpoint_problem(path: str | Path) -> str | None:
+    """What is wrong with the checkpoint at ``path`` (a missing or unreadable file, a truncated
+    tensor file, a ``trainer_state.json`` without the save-state fields), or None if it reads.
+    Every file is opened and parsed; the tensors are checked against the file sizes."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    try:
+        state = json.loads((path / "trainer_state.json").read_text())
+        _check_trainer_state(state)
+        ints = ("current_step", "total_steps", "consumed_samples", "total_valid_tokens")
+        if not all(isinstance(state[k], int) and not isinstance(state[k], bool) for k in ints):
+            return f"trainer_state.json: {', '.join(ints)} must be integers"
+        if not isinstance(state["data_position"].get("consumed_prompts"), int):
+            return "trainer_state.json: data_position.consumed_prompts must be an integer"
+    except FileNotFoundError:
+        return "trainer_state.json is missing"
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return f"trainer_state.json is not JSON ({err})"
+    except ValueError as err:
+        return f"trainer_state.json: {err}"
+    if not (path / "model").is_dir():
+        return "the model/ folder is missing"
+    tensor_files = sorted((path / "model").glob("*.safetensors")) + sorted(path.glob(
+        "*/model.safetensors"))
+    if not list((path / "model").glob("*.safetensors")):
+        return "model/ holds no .safetensors file"
+    for f in tensor_files:
+        try:
+            with safe_open(str(f), framework="pt") as handle:
+                for key in handle.keys():
+                    handle.get_slice(key)  # header offsets against the file's size
+        except Exception as err:  # safetensors raises its own and OS errors
+            return f"{f.relative_to(path)} is unreadable or truncated ({type(err).__name__}: {err})"
+    for name in ["optimizer.pt", "rng_state.pt", *(p.name for p in path.glob("*_optimizer.pt"))]:
+        try:
+            torch.load(path / name, map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            return f"{name} is missing"
+        except Exception as err:  # torch raises many types for a damaged file
+            return f"{name} is unreadable ({type(err).__name__}: {str(err).splitlines()[0]})"
+    return None
+
+
+def clean_partial_saves(ckpt_root: str | Path) -> list[Path]:
+    """Remove what a save killed mid-write left behind (hidden ``.step_*.tmp`` / ``.trash-*``
+    folders; the ``step_*`` folders themselves are always whole). Returns the removed paths."""
+    root = Path(ckpt_root)
+    if not root.is_dir():
+        return []
+    leftovers = [p for p in root.iterdir() if p.name.startswith(".step_")
+                 and (p.name.endswith(".tmp") or ".trash-" in p.name)]
+    for p in leftovers:
+        shutil.rmtree(p, ignore_errors=True)
+    return leftovers
+
+
 def latest_checkpoint(ckpt_root: str | Path) -> Path | None:
     """The highest-step checkpoint under ``ckpt_root``, or None."""
     found = list_checkpoints(ckpt_root)

@@ -3,6 +3,7 @@ overrides.
 
     rlnb train configs/tiny.yaml grpo.num_prompts_per_step=8 loss_fn.ratio_clip_max=0.28
     load_config(None, ["grpo.seed=1"], preset="fast")     # the default, shrunk for tests
+    load_config(packaged_config("ppo_tiny"))              # algorithm: ppo (PPO with a critic)
 
 Implementation choices:
 1) One typed section per concern, each defined next to the code it configures (``policy`` in
@@ -15,7 +16,13 @@ Implementation choices:
    a section's own defaults are NeMo-RL's, sized down where the CPU default needs it.
 4) A preset (``configs/presets/<name>.yaml``, e.g. ``fast``: a tiny model and a few rows for
    tests and notebooks' ``fast`` mode) is a partial config laid over the base before the
-   overrides.
+   overrides. Its ``grpo`` section shrinks whichever loop the config names (``ppo`` under
+   ``algorithm: ppo``).
+5) ``algorithm`` names the training loop (``engine/trainers/loops.py``). Each loop's own sections
+   (``grpo``; ``ppo``, ``value``, ``value_loss_fn``) exist only under that loop: another loop's
+   section is refused at load time (it would be silently ignored), and the written config leaves
+   out the absent sections and the default ``algorithm: grpo``, so a GRPO run's config.yaml is
+   what it was before PPO existed.
 """
 
 from __future__ import annotations
@@ -25,14 +32,19 @@ from difflib import get_close_matches
 from pathlib import Path
 
 import yaml
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator, model_serializer
 
+from rlnb.algorithms.checks import choose
 from rlnb.algorithms.policy_loss import ClippedPGLossConfig
-from rlnb.config import Config, apply_overrides, parse_config
+from rlnb.algorithms.value_loss import ValueLossConfig
+from rlnb.config import Config, apply_overrides, parse_config, parse_override
 from rlnb.engine.environments.multiturn import EnvConfig
 from rlnb.engine.environments.tasks import TaskConfig
 from rlnb.engine.models.policy import PolicyConfig
+from rlnb.engine.models.value import ValueConfig
 from rlnb.engine.trainers.grpo import OVERRIDE_ALIASES, GRPOConfig
+from rlnb.engine.trainers.loops import LOOP_SECTIONS, TRAINERS
+from rlnb.engine.trainers.ppo import PPOConfig
 from rlnb.engine.trainers.warm_start import SFTConfig
 from rlnb.run.checkpoint import CheckpointingConfig
 from rlnb.run.loggers import LoggerConfig
@@ -44,18 +56,84 @@ class ClusterConfig(Config):
     num_processes: int = Field(1, ge=1, description="Ranks (accelerate launch --num_processes).")
 
 
+def _loop_section(**kwargs):
+    # None unless the config's algorithm owns the section (choice 5): the validator turns the
+    # default (an absent section, {}) into the section's defaults or None
+    return Field(default_factory=dict, validate_default=True, **kwargs)
+
+
 class MasterConfig(Config):
     """A whole run (NeMo-RL's ``MasterConfig``; here it drives rlnb's trainers)."""
 
+    algorithm: str = Field("grpo", description="The training loop: 'grpo' or 'ppo'.")
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     loss_fn: ClippedPGLossConfig = Field(default_factory=ClippedPGLossConfig)
-    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    grpo: GRPOConfig | None = _loop_section(description="GRPO's loop (algorithm: grpo).")
+    ppo: PPOConfig | None = _loop_section(description="PPO's loop (algorithm: ppo).")
+    value: ValueConfig | None = _loop_section(description="PPO's value model (algorithm: ppo).")
+    value_loss_fn: ValueLossConfig | None = _loop_section(
+        description="PPO's critic loss, NeMo-RL's MseValueLossConfig (algorithm: ppo).")
     sft: SFTConfig = Field(default_factory=SFTConfig)
     data: TaskConfig = Field(default_factory=TaskConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
     logger: LoggerConfig = Field(default_factory=LoggerConfig)
     checkpointing: CheckpointingConfig = Field(default_factory=CheckpointingConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+
+    @field_validator("algorithm")
+    @classmethod
+    def _known_loop(cls, name: str) -> str:
+        choose(TRAINERS, name, "training loop (algorithm)")
+        return name
+
+    @field_validator(*(s for sections in LOOP_SECTIONS.values() for s in sections), mode="before")
+    @classmethod
+    def _only_the_loops_own_sections(cls, data, info: ValidationInfo):
+        algorithm = info.data.get("algorithm")
+        owner = next(a for a, sections in LOOP_SECTIONS.items() if info.field_name in sections)
+        if algorithm == owner:
+            return {} if data is None else data
+        if data and algorithm is not None:  # (an empty section is as good as none)
+            raise ValueError(f"a section of algorithm '{owner}', but algorithm is '{algorithm}' "
+                             f"(it would be ignored): remove it, or set algorithm: {owner}")
+        return None
+
+    @field_validator("ppo")
+    @classmethod
+    def _ppo_fits_the_loss(cls, ppo: PPOConfig | None, info: ValidationInfo):
+        loss = info.data.get("loss_fn")
+        if ppo is None or loss is None:
+            return ppo
+        beta = loss.reference_policy_kl_penalty
+        if ppo.skip_reference_policy_logprobs_calculation and beta > 0:
+            raise ValueError(
+                "ppo.skip_reference_policy_logprobs_calculation=true (NeMo-RL's PPO default) "
+                f"needs loss_fn.reference_policy_kl_penalty=0, got {beta}: set one of them")
+        if loss.use_kl_in_reward and beta > 0 and ppo.adv_estimator.name == "raw_reward":
+            raise ValueError("loss_fn.use_kl_in_reward with ppo.adv_estimator.name='raw_reward':"
+                             " the raw reward ignores the KL (use gae, or turn it off)")
+        return ppo
+
+    @field_validator("value")
+    @classmethod
+    def _value_from_the_policy(cls, value: ValueConfig | None, info: ValidationInfo):
+        policy = info.data.get("policy")
+        if value is not None and policy is not None and value.model_name not in (
+                None, policy.model_name):
+            raise ValueError(f"value.model_name={value.model_name!r}: rlnb builds the critic "
+                             f"from the policy ({policy.model_name!r}); set it null")
+        return value
+
+    @model_serializer(mode="wrap")
+    def _leave_out_other_loops(self, handler):
+        data = handler(self)  # choice 5: absent sections and the default algorithm stay out
+        for sections in LOOP_SECTIONS.values():
+            for section in sections:
+                if data.get(section, 0) is None:
+                    del data[section]
+        if data.get("algorithm") == "grpo":
+            del data["algorithm"]
+        return data
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -69,7 +147,10 @@ def read_yaml(path: str | Path) -> dict:
         raise ValueError(f"config file {path} is not UTF-8 text ({err.reason} at byte "
                          f"{err.start})") from None
     except yaml.YAMLError as err:
-        raise ValueError(f"config file {path} is not valid YAML: {err}") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ValueError(f"config file {path} is not valid YAML{where}: {what}") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {path} must hold a mapping of sections, got "
                          f"{type(data).__name__}")
@@ -98,7 +179,12 @@ def load_config(
         raise ValueError(f"a config is a YAML path, a dict or a MasterConfig, got "
                          f"{type(source).__name__}")
     if preset is not None:
-        data = _merge(data, read_yaml(preset_path(preset)))
+        over = read_yaml(preset_path(preset))
+        algorithm = _algorithm(data, overrides)
+        if algorithm != "grpo" and "grpo" in over:  # choice 4: a preset shrinks any loop
+            over = {**over, algorithm: _merge(over.get(algorithm) or {}, over["grpo"])}
+            del over["grpo"]
+        data = _merge(data, over)
     data = apply_overrides(data, overrides, OVERRIDE_ALIASES)
     unknown = [k for k in data if k not in MasterConfig.model_fields]
     if unknown:
@@ -106,6 +192,27 @@ def load_config(
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ValueError(f"invalid config:\n  {unknown[0]}: unknown section{hint}")
     return parse_config(MasterConfig, data, "")
+
+
+def _algorithm(data: dict, overrides: Sequence[str]) -> str:
+    """The loop a config will name once ``overrides`` are applied (the last override wins)."""
+    name = data.get("algorithm", "grpo")
+    for item in overrides if not isinstance(overrides, str) else ():
+        path, value = parse_override(item)
+        if path == ["algorithm"]:
+            name = value
+    return name
+
+
+def packaged_config(name: str) -> Path:
+    """``configs/<name>.yaml`` as shipped with rlnb (``tiny``, ``ppo_tiny``, ...), wherever it is
+    installed; an unknown name lists the valid ones."""
+    folder = default_config_path().parent
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        valid = sorted(p.stem for p in folder.glob("*.yaml"))
+        raise ValueError(f"unknown packaged config {name!r}; configs: {valid}")
+    return path
 
 
 def default_config_path() -> Path:

@@ -160,6 +160,19 @@ def _check_declared(notebook: Path, params: Mapping[str, Any]) -> None:
                          f"cell declares: {', '.join(sorted(declared))} (a config key has a dot)")
 
 
+def _check_is_notebook(nb: Path) -> None:
+    """A readable Jupyter notebook (nbformat 4 JSON with cells), else a ValueError naming it."""
+    if nb.suffix != ".ipynb":
+        raise ValueError(f"{nb} is not a notebook (.ipynb)")
+    try:
+        data = json.loads(nb.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{nb} is not a notebook: not JSON ({err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or \
+            data.get("nbformat") != 4:
+        raise ValueError(f"{nb} is not a Jupyter notebook (nbformat 4 JSON with 'cells')")
+
+
 def _check_kernel(kernel_name: str) -> None:
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
@@ -176,7 +189,13 @@ def _prepare(notebook, run_dir, parameters, kernel_name) -> tuple[Path, Path, di
     nb = Path(notebook)
     if not nb.is_file():
         raise FileNotFoundError(f"no notebook at {nb}")
+    _check_is_notebook(nb)
     params = split_parameters(parameters or {})
+    if "overrides" in params and not (isinstance(params["overrides"], list)
+                                      and all(isinstance(x, str) for x in params["overrides"])):
+        raise ValueError(
+            f"parameter overrides must be a list of 'dotted.key=value' strings, got "
+            f"{params['overrides']!r}; give a config key directly: -p grpo.seed 1")
     _check_declared(nb, params)
     if kernel_name is not None:
         _check_kernel(kernel_name)
@@ -239,7 +258,7 @@ def _execute(notebook, output: Path, parameters: dict, *, kernel_name: str | Non
     except PapermillExecutionError as err:
         return _error_line(err.exec_count, err.ename, err.evalue)
     except Exception as err:  # the kernel died or did not start: a failed run, not a crash
-        return f"{type(err).__name__}: {_first_line(str(err))}"
+        return f"{type(err).__name__}: {_one_line(str(err))}"
     return None
 
 
@@ -258,14 +277,15 @@ def _headless_kernel_env():
             os.environ["RLNB_HEADLESS"] = old
 
 
-def _first_line(text: str | None) -> str:
-    lines = (text or "").strip().splitlines()
-    return lines[0][:300] if lines else ""
+def _one_line(text: str | None, limit: int = 400) -> str:
+    """A multi-line message on one line (``invalid config:\n  grpo.seed: ...`` keeps the key)."""
+    joined = " ".join(part.strip() for part in (text or "").strip().splitlines() if part.strip())
+    return joined[:limit] + ("…" if len(joined) > limit else "")
 
 
 def _error_line(exec_count, ename: str, evalue: str) -> str:
-    first = _first_line(evalue)
-    return f"cell In [{exec_count}] raised {ename}" + (f": {first}" if first else "")
+    text = _one_line(evalue)
+    return f"cell In [{exec_count}] raised {ename}" + (f": {text}" if text else "")
 
 
 def notebook_error(path: str | Path) -> str | None:

@@ -144,7 +144,7 @@ class RunDir:
         if resume and not (self.path / self.CONFIG).is_file():
             raise ValueError(f"cannot resume {self.path}: it holds no {self.CONFIG}; "
                              "pass resume=False to start a new run there")
-        created = not self.path.exists()
+        created = first_missing(self.path)
         try:
             if created:
                 self.path.mkdir(parents=True)
@@ -157,7 +157,7 @@ class RunDir:
             self.metrics_path.touch(exist_ok=True)
         except BaseException:
             if created:
-                shutil.rmtree(self.path, ignore_errors=True)
+                shutil.rmtree(created, ignore_errors=True)
             raise
 
     def __repr__(self) -> str:
@@ -192,6 +192,13 @@ class RunDir:
             path = Path(root) / f"{stamp}-{n}"
         return path
 
+    def holds_steps(self) -> bool:
+        """Whether a training step was logged or checkpointed here."""
+        logged = self.metrics_path.is_file() and any(
+            r.get("step", 0) > 0 for r in read_metrics_file(self.metrics_path))
+        ckpts = self.checkpoints_dir.is_dir() and any(self.checkpoints_dir.glob("step_*"))
+        return logged or ckpts
+
     # --- construction checks
     def _check_existing(self, resume: bool) -> None:
         if not self.config_path.is_file():
@@ -199,7 +206,18 @@ class RunDir:
                 raise ValueError(f"{self.path} exists, is not empty and holds no {self.CONFIG}: "
                                  "it is not an rlnb run dir; choose a new dir")
             return
-        saved = yaml.safe_load(self.config_path.read_text()) or {}
+        if not resume and self.holds_steps():
+            raise ValueError(
+                f"{self.path} already holds a run with logged steps or checkpoints: continue it "
+                f"with --resume {self.path} (resume=True), or choose a new run dir (starting "
+                "again here would append duplicate steps and overwrite its checkpoints)")
+        try:
+            saved = yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}
+        except (UnicodeDecodeError, yaml.YAMLError) as err:
+            raise ValueError(f"{self.config_path} is corrupt ({type(err).__name__}); it is the "
+                             "record of what the run trained: restore it to resume") from None
+        if not isinstance(saved, dict):
+            raise ValueError(f"{self.config_path} is corrupt: not a mapping of sections")
         diff = config_diff(saved, self.config)
         if not diff:
             return
@@ -286,6 +304,17 @@ class RunDir:
             raise FileNotFoundError(f"no rollouts for step {step} at {path}; "
                                     f"steps with rollouts: {self.rollout_steps()}")
         return pd.read_parquet(path)
+
+
+def first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (what creating it would add,
+    so a failed start removes ``runs/`` too when it made it), or None if ``path`` exists."""
+    missing = None
+    for p in [path, *path.parents]:
+        if p.exists():
+            break
+        missing = p
+    return missing
 
 
 def read_metrics_file(path: str | Path) -> list[dict[str, Any]]:

@@ -13,12 +13,18 @@ Implementation choices:
 2) Only the main process writes (config, metrics.jsonl, rollouts, checkpoints, loggers).
 3) Construction warm-starts the policy (cached on disk, ``warm_start_cache.py``); its repr says
    what it did: run directory, warm start (loaded or run), what has been written.
-4) Resume: the warm start is rebuilt first (from its cache; it is also the KL reference), then
-   the latest checkpoint restores weights, optimizer, scheduler, RNG states and the data
-   position, and metrics past the checkpoint are dropped, so steps k+1.. repeat exactly.
+4) Resume continues from the run directory's own ``config.yaml`` (overrides may change only
+   what ``RESUMABLE_KEYS`` allows). The warm start is rebuilt first (from its cache; it is
+   also the KL reference), then the latest checkpoint restores weights, optimizer, scheduler,
+   RNG states and the data position, and metrics past the checkpoint are dropped, so steps
+   k+1.. repeat exactly.
 5) A run directory that fails to start (bad config, unreadable model, mismatched resume) is not
    left behind half-written (``RunDir`` creates it atomically).
 6) Several processes: ``close()`` makes the ranks leave the process group together.
+7) A failure after start-up leaves ``error.txt`` in the run directory (what failed, at which
+   step) beside what was written before it; a save killed mid-write leaves hidden temporary
+   folders, removed at the next start. A corrupt checkpoint is named on resume, with the latest
+   intact one.
 """
 
 from __future__ import annotations
@@ -31,7 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from rlnb.engine.batches import StepMetrics
-from rlnb.run.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from rlnb.run.checkpoint import (
+    checkpoint_problem,
+    clean_partial_saves,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
 from rlnb.run.master_config import MasterConfig, load_config
 
 
@@ -54,21 +67,24 @@ class TrainingRun:
         from rlnb.engine.distributed import Distributed
         from rlnb.engine.trainers.loops import make_trainer
         from rlnb.run.loggers import make_loggers
-        from rlnb.run.rundir import RunDir
+        from rlnb.run.rundir import RunDir, first_missing
         from rlnb.run.warm_start_cache import cached_warm_start
 
+        path = Path(run_dir) if run_dir is not None else RunDir.new_default_path()
+        if resume and not (path / RunDir.CONFIG).is_file():
+            raise ValueError(f"cannot resume: {path} is not a run directory (no config.yaml)")
+        if resume and config is None and preset is None:
+            config = path / RunDir.CONFIG  # the run's own record is its config (choice 4)
         self.config = load_config(config, overrides, preset=preset)
         self.progress, self.log_line = progress, log
         self.dist = Distributed(accelerator)
-        path = Path(run_dir) if run_dir is not None else RunDir.new_default_path()
-        if resume and not (path / RunDir.CONFIG).exists():
-            raise ValueError(f"cannot resume: {path} is not a run directory (no config.yaml)")
         self.run_dir = None
-        created = not path.exists()
+        created = first_missing(path.absolute())
         if self.dist.is_main:
             self.run_dir = RunDir(path, config=self.config.model_dump(mode="json"), resume=resume)
         self.path = path
         try:
+            self.loggers = make_loggers(self.config.logger, self.run_dir) if self.run_dir else []
             self.trainer = make_trainer(self.config, accelerator=accelerator)
             self.warm_start = None
             if self.config.sft.enabled:
@@ -78,9 +94,8 @@ class TrainingRun:
                     log=log if self.dist.is_main else _quiet, write=self.dist.is_main)
         except Exception:
             if self.run_dir is not None and created:  # leave nothing half-written behind
-                shutil.rmtree(path, ignore_errors=True)
+                shutil.rmtree(created, ignore_errors=True)
             raise
-        self.loggers = make_loggers(self.config.logger, self.run_dir) if self.run_dir else []
         self._loggers_open, self._left_group = True, False
         self.accuracy_before: float | None = None
         if resume:
@@ -120,12 +135,26 @@ class TrainingRun:
         )
 
     def _resume(self) -> None:
+        if self.dist.is_main:
+            clean_partial_saves(self.checkpoint_root)  # a save killed mid-write left these
         ckpt = latest_checkpoint(self.checkpoint_root)
         if ckpt is None:
             raise ValueError(f"cannot resume {self.path}: no checkpoint in {self.checkpoint_root}")
+        problem = checkpoint_problem(ckpt)
+        if problem is not None:
+            intact = next((p for _, p in reversed(list_checkpoints(self.checkpoint_root))
+                           if p != ckpt and checkpoint_problem(p) is None), None)
+            hint = (f"the latest intact one is {intact.name}: move {ckpt.name} away to resume "
+                    f"from it" if intact else "no earlier checkpoint is intact")
+            raise ValueError(f"cannot resume {self.path}: checkpoint {ckpt.name} is corrupt "
+                             f"({problem}); {hint}")
         t = self.trainer
-        state = load_checkpoint(ckpt, model=t.policy.model, optimizer=t.policy.optimizer,
-                                scheduler=t.policy.scheduler, extra=t.checkpoint_parts())
+        try:
+            state = load_checkpoint(ckpt, model=t.policy.model, optimizer=t.policy.optimizer,
+                                    scheduler=t.policy.scheduler, extra=t.checkpoint_parts())
+        except (KeyError, RuntimeError) as err:
+            raise ValueError(f"cannot resume {self.path}: checkpoint {ckpt.name} does not fit "
+                             f"this run ({type(err).__name__}: {err})") from None
         t.load_state(state)
         if self.run_dir is not None:
             self.run_dir.truncate_metrics(after_step=t.step_count)
@@ -167,9 +196,17 @@ class TrainingRun:
         t = self.trainer
         target = t.loop_config.max_num_steps
         n = max(0, target - t.step_count) if num_steps is None else num_steps
-        for metrics in t.train(n, progress=self.progress):
-            self.log(metrics)
-            yield metrics
+        if self.dist.is_main:
+            clean_partial_saves(self.checkpoint_root)
+        try:
+            for metrics in t.train(n, progress=self.progress):
+                self.log(metrics)
+                yield metrics
+        except Exception as err:  # choice 7: say what failed, next to what was written
+            if self.run_dir is not None:
+                (self.path / "error.txt").write_text(
+                    f"failed at step {t.step_count + 1} ({type(err).__name__}): {err}\n")
+            raise
 
     def train(self, num_steps: int | None = None) -> dict[str, Any]:
         """Train; returns a summary (accuracy before/after, run directory, time)."""

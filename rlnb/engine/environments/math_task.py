@@ -51,9 +51,24 @@ def load_rows(source: str, config: str | None = None, split: str = "train") -> l
     used) or of a hub data set's ``split``."""
     from datasets import load_dataset  # here: importing datasets costs about a second
 
+    if not str(source).strip():
+        raise ValueError("data.dataset_name is empty: give a hub name or a local "
+                         ".json/.jsonl/.parquet file")
+    import datasets
+
+    # datasets logs a failed parse and draws progress bars on stderr: the error says it all
+    datasets.utils.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
     path = _local_file(source)
     if path is not None:
-        ds = load_dataset(LOCAL_SUFFIXES[path.suffix.lower()], data_files=str(path), split="train")
+        try:
+            ds = load_dataset(LOCAL_SUFFIXES[path.suffix.lower()], data_files=str(path),
+                              split="train")
+        except Exception as err:  # datasets wraps the parser's error in its own types
+            cause = err.__cause__ or err
+            raise ValueError(f"data file {str(path)!r} could not be read as "
+                             f"{LOCAL_SUFFIXES[path.suffix.lower()]} ({type(cause).__name__}: "
+                             f"{str(cause).splitlines()[0] if str(cause) else ''})") from None
         return list(ds)
     try:
         ds = load_dataset(source, config, split=split)

@@ -26,9 +26,10 @@ import copy
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rlnb.algorithms.reduction import global_valid_counts, sum_partial_metrics
 from rlnb.config import Config
@@ -44,6 +45,14 @@ class TinyModelConfig(Config):
     num_hidden_layers: int = Field(2, ge=1, description="Transformer blocks.")
     num_attention_heads: int = Field(4, ge=1, description="Attention heads.")
     intermediate_size: int | None = Field(None, description="MLP width (default 2x hidden).")
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> TinyModelConfig:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
+                f"({self.num_attention_heads})")
+        return self
 
 
 class OptimizerConfig(Config):
@@ -63,7 +72,8 @@ class PolicyConfig(Config):
     tokenizer_name: str | None = Field(None, description="Defaults to model_name.")
     chat_template: bool = Field(False, description="Wrap prompts in the tokenizer's template.")
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
-    precision: str = Field("float32", description="float32 | bfloat16 (model weights).")
+    precision: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Model weights' dtype (log-probs and the loss are float32).")
     train_global_batch_size: int = Field(256, ge=1, description="Rows per optimizer step.")
     train_micro_batch_size: int = Field(64, ge=1, description="Rows per forward/backward.")
     logprob_batch_size: int = Field(128, ge=1, description="Rows per log-prob forward.")
@@ -72,9 +82,19 @@ class PolicyConfig(Config):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
 
+    @model_validator(mode="after")
+    def _room_for_a_prompt(self) -> PolicyConfig:
+        if self.max_total_sequence_length <= self.generation.max_new_tokens:
+            raise ValueError(
+                f"max_total_sequence_length ({self.max_total_sequence_length}) must exceed "
+                f"generation.max_new_tokens ({self.generation.max_new_tokens}): prompts get the "
+                "difference")
+        return self
+
 
 def load_model_and_tokenizer(cfg: PolicyConfig, seed: int = 0):
     """Build the tiny model or load a Hugging Face causal LM + tokenizer (offline for paths)."""
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.precision]
     if cfg.model_name == "tiny":
         tokenizer = build_char_tokenizer()
         t = cfg.tiny
@@ -87,16 +107,13 @@ def load_model_and_tokenizer(cfg: PolicyConfig, seed: int = 0):
             max_position_embeddings=max(256, cfg.max_total_sequence_length),
             seed=seed,
         )
-        return model, tokenizer
+        return model.to(dtype), tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     name = cfg.model_name
     looks_local = name.startswith((".", "/", "~")) or Path(name).expanduser().exists()
     if looks_local and not Path(name).expanduser().is_dir():
         raise ValueError(f"policy.model_name: no model folder at {name!r}")
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(cfg.precision)
-    if dtype is None:
-        raise ValueError(f"policy.precision must be float32 or bfloat16, got {cfg.precision!r}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer_name or name)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
@@ -188,9 +205,23 @@ class Policy:
         picked = logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
         return torch.nn.functional.pad(picked, (1, 0))  # [B, S]: index t ↔ token t
 
+    def check_tokens(self, input_ids: torch.Tensor, name: str = "input_ids") -> None:
+        """``[B, S]`` integer ids inside the model's vocabulary, else a ValueError (an id out
+        of range would be an opaque index error deep inside the embedding)."""
+        if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2 or \
+                input_ids.dtype.is_floating_point:
+            raise ValueError(f"{name} must be an integer tensor [B, S], got "
+                             f"{type(input_ids).__name__} {tuple(getattr(input_ids, 'shape', ()))}")
+        vocab = self.model.get_input_embeddings().num_embeddings
+        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab):
+            raise ValueError(f"{name} {tuple(input_ids.shape)} holds ids outside the vocabulary "
+                             f"[0, {vocab}): min {int(input_ids.min())}, max "
+                             f"{int(input_ids.max())}")
+
     @torch.no_grad()
     def logprobs(self, input_ids, attention_mask, reference: bool = False) -> torch.Tensor:
         """Per-token log-probs of ``input_ids [B, S]`` under the policy (or the reference)."""
+        self.check_tokens(input_ids)
         model = self.reference_model if reference else self.model
         if model is None:
             raise ValueError(
@@ -225,6 +256,12 @@ class Policy:
         Returns: metrics (loss metrics, ``grad_norm``, ``lr``, ``global_valid_seqs/toks``).
         """
         cfg = self.config
+        needed = ("input_ids", "attention_mask", "token_mask", "sample_mask")
+        if not isinstance(data, dict) or any(k not in data for k in needed):
+            got = sorted(data) if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f"optimizer_step needs a dict with {list(needed)} (stored [B, S] "
+                             f"tensors), got {got}")
+        self.check_tokens(data["input_ids"], "data['input_ids']")
         B = data["input_ids"].shape[0]
         world = self.dist.world_size
         if cfg.train_global_batch_size % world:

@@ -1,0 +1,336 @@
+"""Bad input, table-driven: each row an input, the exit code or exception, and a fragment of the
+message that names the culprit; no row may print a traceback or leave files behind."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_config import TINY
+
+import rlnb
+from rlnb.cli import main
+from rlnb.run.session import TrainingRun
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE_NB = ROOT / "tests" / "notebooks" / "fake_metrics.ipynb"
+SMALL = [*TINY, "grpo.val_period=2", "grpo.max_val_samples=16", "grpo.max_num_steps=4",
+         "sft.max_steps=10", "sft.stop_at_accuracy=null", "checkpointing.save_period=2"]
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def a_run(tmp_path_factory):
+    """A finished 4-step run with checkpoints at steps 2 and 4 (copied by each resume row)."""
+    root = tmp_path_factory.mktemp("a_run")
+    TrainingRun(None, overrides=SMALL, run_dir=root / "run", progress=False,
+                log=lambda *a: None).train()
+    return root / "run"
+
+
+def files(where: Path) -> set[str]:
+    return {str(p.relative_to(where)) for p in where.rglob("*")
+            if "cache" not in p.relative_to(where).parts}
+
+
+def write(path: str, data: bytes | str) -> str:
+    Path(path).write_bytes(data if isinstance(data, bytes) else data.encode())
+    return path
+
+
+# --- rlnb train: configs and overrides (nothing may be written)
+TRAIN_ROWS = [
+    (["policy.precision=bogus"], "policy.precision"),
+    (["grpo.num_prompts_per_step=true"], "grpo.num_prompts_per_step"),
+    (["grpo.num_generations_per_prompt=1"], "num_generations_per_prompt=1"),
+    (["grpo.num_generations_per_prompt=1.5"], "grpo.num_generations_per_prompt"),
+    (["grpo.seed=[1,"], "not valid YAML"),
+    (["--steps", "-1"], "--steps"),
+    (["logger.wandb_enabled=true"], "wandb"),
+    (["policy.tiny.hidden_size=30"], "num_attention_heads"),
+    (["policy.max_total_sequence_length=4"], "max_total_sequence_length"),
+    (["data.name=math"], "dataset_name"),
+    (["data.name=math", "data.dataset_name=missing.json"], "missing.json"),
+    (["grpo.adv_estimator.name=opd"], "teacher"),
+    (["grpo.adv_estimator.name=nope"], "nope"),
+    (["loss_fn.ratio_clip_mx=0.3"], "did you mean 'ratio_clip_max'"),
+    (["nosection.x=1"], "unknown section"),
+    (["loss_fn.ratio_clip_min=1.0"], "ratio_clip_min"),
+    (["loss_fn.reference_policy_kl_type=k4"], "k4"),
+    (["loss_fn.truncated_importance_sampling_ratio=2"], "truncated_importance_sampling_type"),
+    (["loss_fn.ratio_clip_c=0.5"], "ratio_clip_c"),
+    (["policy.generation.temperature=0"], "policy.generation.temperature"),
+    (["policy.generation.top_p=1.5"], "policy.generation.top_p"),
+    (["grpo.seq_logprob_error_threshold=-1"], "seq_logprob_error_threshold"),
+    (["grpo.batch_multiplier=2"], "batch_multiplier"),
+    (["env.name=retry"], "max_rollout_turns"),
+    (["policy.model_name=/nonexistent/model"], "policy.model_name"),
+    (["data.name=nosuch"], "nosuch"),
+    (["checkpointing.keep_top_k=0"], "checkpointing.keep_top_k"),
+    (["grpo.normalize_rewards=maybe"], "normalize_rewards"),
+    (["policy.optimizer.lr=-1"], "policy.optimizer.lr"),
+    (["grpo.reuse_generation_logprobs=true", "policy.generation.backend=nope"], "nope"),
+    (["missing.yaml"], "config file not found"),
+    (["bad-utf8.yaml"], "not UTF-8"),
+    (["list.yaml"], "mapping"),
+    (["broken.yaml"], "not valid YAML"),
+    (["data.name=math", "data.dataset_name=garbage.json"], "garbage.json"),
+    (["--run-dir", "x", "--resume", "y"], "either --run-dir or --resume"),
+    (["--resume", "not-a-run"], "not a run directory"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), TRAIN_ROWS, ids=lambda x: str(x)[:40])
+def test_rlnb_train_bad_input_exits_2_names_it_and_writes_nothing(args, fragment, tmp_path,
+                                                                   capsys):
+    write("bad-utf8.yaml", b"grpo:\n  seed: \xff\xfe\n")
+    write("list.yaml", "- 1\n- 2\n")
+    write("broken.yaml", "grpo: [1,\n")
+    write("garbage.json", "{not json")
+    before = files(tmp_path)
+    config = args[:1] if not args[0].startswith("-") and "=" not in args[0] else []
+    code = main(["train", *config, "--no-progress", *SMALL, *args[len(config):]])
+    out = capsys.readouterr()
+    assert code == 2, out.err
+    assert fragment in out.err, out.err
+    assert "Traceback" not in out.err + out.out
+    assert len(out.err.strip().splitlines()) <= 3, out.err  # one line (a config error lists keys)
+    assert files(tmp_path) == before  # nothing written, not even runs/
+
+
+# --- rlnb train --resume on damaged run directories
+def damage_config(run):
+    write(run / "config.yaml", b"\xff\x00 not yaml")
+
+
+def damage_state_empty(run):
+    for p in run.glob("checkpoints/step_*/trainer_state.json"):
+        p.write_text("{}")
+
+
+def damage_state_not_json(run):
+    for p in run.glob("checkpoints/step_*/trainer_state.json"):
+        p.write_text("{not json")
+
+
+def damage_state_types(run):
+    for p in run.glob("checkpoints/step_*/trainer_state.json"):
+        state = json.loads(p.read_text())
+        state["current_step"] = "four"
+        p.write_text(json.dumps(state))
+
+
+def damage_weights_truncated(run):
+    p = next(run.glob("checkpoints/step_000004/model/*.safetensors"))
+    p.write_bytes(p.read_bytes()[:200])
+
+
+def damage_weights_garbage(run):
+    p = next(run.glob("checkpoints/step_000004/model/*.safetensors"))
+    p.write_bytes(b"garbage" * 10)
+
+
+def damage_optimizer(run):
+    (run / "checkpoints/step_000004/optimizer.pt").write_bytes(b"not a torch file")
+
+
+def damage_rng_missing(run):
+    (run / "checkpoints/step_000004/rng_state.pt").unlink()
+
+
+def damage_no_model(run):
+    shutil.rmtree(run / "checkpoints/step_000004/model")
+
+
+def damage_no_checkpoints(run):
+    shutil.rmtree(run / "checkpoints")
+
+
+def damage_no_config(run):
+    (run / "config.yaml").unlink()
+
+
+RESUME_ROWS = [
+    (damage_config, [], "config.yaml"),
+    (damage_no_config, [], "no config.yaml"),
+    (damage_state_empty, [], "trainer_state.json"),
+    (damage_state_not_json, [], "not JSON"),
+    (damage_state_types, [], "integers"),
+    (damage_weights_truncated, [], "step_000004 is corrupt"),
+    (damage_weights_garbage, [], "the latest intact one is step_000002"),
+    (damage_optimizer, [], "optimizer.pt"),
+    (damage_rng_missing, [], "rng_state.pt is missing"),
+    (damage_no_model, [], "model/ folder is missing"),
+    (damage_no_checkpoints, [], "no checkpoint"),
+    (None, ["grpo.seed=3"], "grpo.seed"),
+    (None, ["policy.tiny.hidden_size=64"], "change the numerics"),
+]
+
+
+@pytest.mark.parametrize(("damage", "extra", "fragment"), RESUME_ROWS,
+                         ids=lambda x: getattr(x, "__name__", str(x))[:30])
+def test_resume_of_a_damaged_run_names_the_file_and_exits_2(damage, extra, fragment, a_run,
+                                                            tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(a_run, run)
+    if damage is not None:
+        damage(run)
+    code = main(["train", "--resume", str(run), "--no-progress", *extra])
+    out = capsys.readouterr()
+    assert code == 2, out.err
+    assert fragment in out.err and "Traceback" not in out.err + out.out, out.err
+
+
+def test_resume_alone_continues_a_run_started_with_overrides(a_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(a_run, run)
+    assert main(["train", "--resume", str(run), "--no-progress", "grpo.max_num_steps=6"]) == 0
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2, 3, 4, 5, 6]
+
+
+def test_an_existing_run_dir_without_resume_is_refused(a_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(a_run, run)
+    before = (run / "metrics.jsonl").read_text()
+    assert main(["train", "--run-dir", str(run), "--no-progress", *SMALL]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert (run / "metrics.jsonl").read_text() == before  # nothing appended
+
+
+def test_a_failure_after_start_up_leaves_error_txt(tmp_path, monkeypatch, capsys):
+    from rlnb.engine.trainers.grpo import GRPOTrainer
+
+    def broken(self):
+        raise ValueError("the environment returned nonsense")
+
+    monkeypatch.setattr(GRPOTrainer, "step", broken)
+    assert main(["train", "--run-dir", "r", "--no-progress", *SMALL, "sft.enabled=false"]) == 2
+    assert "nonsense" in capsys.readouterr().err
+    assert "failed at step 1" in (tmp_path / "r" / "error.txt").read_text()
+
+
+def test_a_killed_save_leaves_no_temp_folder_after_the_next_start(a_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(a_run, run)
+    (run / "checkpoints" / ".step_000006.x1y2.tmp").mkdir()
+    assert main(["train", "--resume", str(run), "--no-progress", "grpo.max_num_steps=5"]) == 0
+    assert not list((run / "checkpoints").glob(".step_*"))
+
+
+# --- rlnb verify
+VERIFY_ROWS = [
+    (["not-a-run"], "not a run directory"),
+    (["RUN", "--from-step", "3"], "no checkpoint at that step"),
+    (["RUN", "--from-step", "2", "--steps", "9"], "nothing to compare"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), VERIFY_ROWS, ids=lambda x: str(x)[:30])
+def test_rlnb_verify_bad_input(args, fragment, a_run, capsys):
+    args = [str(a_run) if a == "RUN" else a for a in args]
+    assert main(["verify", *args]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err, err
+
+
+# --- rlnb run / sweep / launch (nothing written for bad arguments)
+NOTEBOOK_ROWS = [
+    (["run", "README.md"], "not a notebook"),
+    (["run", "fake.json.ipynb"], "not a Jupyter notebook"),
+    (["run", "missing.ipynb"], "no notebook"),
+    (["run", "FAKE", "-p", "nosuch", "1"], "has no parameter nosuch"),
+    (["run", "FAKE", "-p", "overrides", "grpo.seed=1"], "list of 'dotted.key=value'"),
+    (["run", "FAKE", "-p", "run_dir", "x"], "run_dir is set by the command"),
+    (["run", "FAKE", "--run-dir", "full"], "not empty"),
+    (["run", "FAKE", "--kernel", "nosuch-kernel"], "no Jupyter kernel"),
+    (["sweep", "FAKE", "-p", "seed", "0,1", "-p", "nosuch", "1"], "nosuch"),
+    (["launch", "--num-processes", "0", "FAKE"], "num_processes"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), NOTEBOOK_ROWS, ids=lambda x: str(x)[:40])
+def test_notebook_commands_bad_input_exit_2_and_write_nothing(args, fragment, tmp_path, capsys):
+    pytest.importorskip("papermill")
+    shutil.copy(ROOT / "README.md", "README.md")
+    write("fake.json.ipynb", '{"not": "a notebook"}')
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    before = files(tmp_path)
+    code = main([str(FAKE_NB) if a == "FAKE" else a for a in args])
+    out = capsys.readouterr()
+    assert code == 2, out.err
+    assert fragment in out.err and "Traceback" not in out.err + out.out, out.err
+    assert files(tmp_path) == before
+
+
+# --- the Python API
+def tiny_trainer():
+    return rlnb.GRPOTrainer(rlnb.load_config(None, preset="fast"))
+
+
+def loss_call(**change):
+    B, T = 2, 3
+    args = dict(logprobs=torch.full((B, T), -1.0), prev_logprobs=torch.full((B, T), -1.0),
+                generation_logprobs=torch.full((B, T), -1.0), advantages=torch.ones(B, T),
+                token_mask=torch.ones(B, T), sample_mask=torch.ones(B))
+    kwargs = dict(global_valid_seqs=B, global_valid_toks=B * T, reference_policy_kl_penalty=0.0)
+    for k, v in change.items():
+        (args if k in args else kwargs)[k] = v
+    return lambda: rlnb.clipped_pg_loss(*args.values(), **kwargs)
+
+
+API_ROWS = [
+    (lambda: rlnb.GRPOTrainer(42), TypeError, "load_config"),
+    (lambda: rlnb.load_config(None, "grpo.seed=1"), ValueError, "list"),
+    (lambda: rlnb.load_config(None, preset="nosuch"), ValueError, "unknown config preset"),
+    (lambda: rlnb.load_config(42), ValueError, "a config is"),
+    (loss_call(advantages=torch.full((2, 3), float("nan"))), ValueError, "advantages"),
+    (loss_call(global_valid_toks=0), ValueError, "global_valid_toks"),
+    (loss_call(logprobs=torch.full((2, 3), 0.5)), ValueError, "logprobs"),
+    (loss_call(logprobs=torch.zeros(0, 3), prev_logprobs=torch.zeros(0, 3),
+               generation_logprobs=torch.zeros(0, 3), advantages=torch.zeros(0, 3),
+               token_mask=torch.zeros(0, 3), sample_mask=torch.zeros(0)), ValueError, "empty"),
+    (loss_call(reference_policy_kl_type="k4", reference_policy_kl_penalty=0.1,
+               reference_logprobs=torch.full((2, 3), -1.0)), ValueError, "k4"),
+    (lambda: rlnb.grpo_advantages(torch.tensor([[0], [0]]), torch.tensor([1.0, float("nan")])),
+     ValueError, "rewards"),
+    (lambda: tiny_trainer().policy.logprobs(torch.tensor([[1, 999]]), torch.ones(1, 2)),
+     ValueError, "outside the vocabulary"),
+    (lambda: tiny_trainer().policy.optimizer_step(None, None), ValueError, "optimizer_step"),
+    (lambda: tiny_trainer().reconfigure({"policy.train_global_batch_size": 8}), ValueError,
+     "cannot change between steps"),
+    (lambda: tiny_trainer().reconfigure({"loss_fn.reference_policy_kl_penalty": 0.1}),
+     ValueError, "reference model"),
+    (lambda: list(tiny_trainer().train(-1)), ValueError, "num_steps"),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "fragment"), API_ROWS, ids=lambda x: str(x)[:30])
+def test_python_api_bad_input_raises_a_clear_error(call, error, fragment):
+    with pytest.raises(error, match=fragment):
+        call()
+
+
+def test_the_cli_prints_no_traceback_in_a_real_process(tmp_path):
+    """Three rows through a real `rlnb` process: stderr holds one line, no traceback."""
+    for args in (["train", "policy.precision=bogus"], ["train", "grpo.seed=[1,"],
+                 ["run", str(ROOT / "README.md")]):
+        proc = subprocess.run([sys.executable, "-m", "rlnb.cli", *args], capture_output=True,
+                              text=True, cwd=tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_the_table_has_at_least_60_rows():
+    rows = TRAIN_ROWS + RESUME_ROWS + VERIFY_ROWS + NOTEBOOK_ROWS + API_ROWS
+    assert len(rows) >= 60, len(rows)
