@@ -44,10 +44,10 @@ def main() -> None:
     B, T, G = args.batch, args.tokens, args.group
 
     g = torch.Generator().manual_seed(0)
-    logprobs = torch.randn(B, T, generator=g) * 0.5 - 1.0
-    prev = logprobs + 0.01 * torch.randn(B, T, generator=g)
-    generation = prev + 0.01 * torch.randn(B, T, generator=g)
-    reference = prev + 0.05 * torch.randn(B, T, generator=g)
+    logprobs = (torch.randn(B, T, generator=g) * 0.5 - 1.0).clamp(max=-1e-3)  # log-probs <= 0
+    prev = (logprobs + 0.01 * torch.randn(B, T, generator=g)).clamp(max=0)
+    generation = (prev + 0.01 * torch.randn(B, T, generator=g)).clamp(max=0)
+    reference = (prev + 0.05 * torch.randn(B, T, generator=g)).clamp(max=0)
     prompt_ids = torch.arange(B // G).repeat_interleave(G)[:, None]  # [B, 1]
     rewards = (torch.rand(B, generator=g) < 0.5).float()
     lengths = torch.randint(T // 4, T + 1, (B,), generator=g)

@@ -1,4 +1,4 @@
-"""DAPO dynamic sampling (spec §6.2): std≠0 filter, cache across generation batches, slicing."""
+"""DAPO dynamic sampling: std≠0 filter, cache across generation batches, slicing."""
 
 import pytest
 import torch
@@ -32,7 +32,7 @@ def stats(batch, loo):
     return {"std": std, "baseline": baseline}
 
 
-# --- slow reference, written straight from the spec (Python lists, one row at a time)
+# --- slow reference, written straight from the formulas (Python lists, one row at a time)
 
 
 def ref_dynamic_sampling(batches, loo, train_size, max_gen_batches):
@@ -112,11 +112,11 @@ def test_matches_reference_on_random_generation_batches(seed):
             assert torch.equal(got[2][key], want[2][key]), key
 
 
-# --- the spec's examples
+# --- NeMo-RL's examples
 
 
 def test_loo_keeps_partial_group():
-    # Spec §6.2: with loo, group [1, 0, 0] drops the 1 (its two others are equal).
+    # NeMo-RL: with loo, group [1, 0, 0] drops the 1 (its two others are equal).
     batch = make_batch([[1.0, 0.0, 0.0]])
     kept = select_nonzero_std(batch, **stats(batch, loo=True))
     assert kept["filtered_reward"].tolist() == [0.0, 0.0]
@@ -129,7 +129,7 @@ def test_loo_keeps_partial_group():
 
 
 def test_loo_group_of_two_is_always_dropped():
-    # Spec §1.4 [verified]: loo with 2 members gives n = 1, NaN → std 0, so dynamic sampling
+    # NeMo-RL: loo with 2 members gives n = 1, NaN → std 0, so dynamic sampling
     # drops every such group even when the rewards differ.
     batch = make_batch([[0.0, 1.0], [1.0, 1.0]])
     kept = select_nonzero_std(batch, **stats(batch, loo=True))
@@ -138,8 +138,17 @@ def test_loo_group_of_two_is_always_dropped():
     assert kept["filtered_reward"].tolist() == [0.0, 1.0]
 
 
+def test_non_integer_pairs_and_equal_others_are_dropped_like_nemo_rl():
+    # Sums of "the others" are NeMo-RL's mask products, not "group total minus own reward":
+    # a loo pair of non-integer rewards and a member whose two others are equal get std exactly
+    # 0, so they are dropped (the subtraction left a residue of ~1e-7 and kept them).
+    batch = make_batch([[1.48885, 1.297439], [0.7, 0.1, 0.1], [1 / 3] * 3])
+    kept = select_nonzero_std(batch, **stats(batch, loo=True))
+    torch.testing.assert_close(kept["filtered_reward"], torch.tensor([0.1, 0.1]))
+
+
 def test_equal_non_dyadic_rewards_are_kept_by_exact_inequality():
-    # Spec §1.4 [verified]: 3 × (1/3) has one-pass std ≈ 1.06e-4, and `std != 0` is exact.
+    # NeMo-RL quirk: 3 × (1/3) has one-pass std ≈ 1.06e-4, and `std != 0` is exact.
     batch = make_batch([[1 / 3] * 3, [1.0] * 3])
     kept = select_nonzero_std(batch, **stats(batch, loo=False))
     assert kept["filtered_reward"].shape == (3,)

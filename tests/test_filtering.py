@@ -1,4 +1,4 @@
-"""Overlong filtering, seq-level logprob-error masking, advantage clipping (§6.1, §5.10, §3.5)."""
+"""Overlong filtering, seq-level logprob-error masking, advantage clipping against loop references."""
 
 import math
 
@@ -12,7 +12,7 @@ from rlnb.algorithms.filtering import (
     seq_mult_prob_error,
 )
 
-# --- slow references, written straight from the spec
+# --- slow references, written straight from the formulas
 
 
 def ref_seq_error(prev, gen, token_mask, sample_mask):

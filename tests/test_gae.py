@@ -1,4 +1,4 @@
-"""GAE and raw-reward advantages for PPO (spec §4.1-4.2) against a per-token loop reference."""
+"""GAE and raw-reward advantages for PPO: a per-token loop reference and hand numbers."""
 
 import pytest
 import torch
@@ -100,14 +100,42 @@ def test_shift_values_and_estimators():
         est.compute_advantage(None, torch.tensor([1.0]), torch.ones(1, 3))
 
 
-def test_gae_kl_in_reward_only_when_beta_positive():
+@pytest.mark.parametrize("names", ["nemo", "rlnb"])
+def test_gae_kl_in_reward_only_when_beta_positive(names):
+    # By hand: ℓ = ref - prev = -1, k3 = e^-1 - 1 + 1 = 0.36788, β = 0.5 -> token reward
+    # -0.18394 on each of the 3 tokens (reward 0, values 0); γ = λ = 1 sums them right to left.
     prev, ref = torch.full((1, 3), -1.0), torch.full((1, 3), -2.0)
+    logps = ({"logprobs": prev, "reference_logprobs": ref} if names == "nemo"
+             else {"logprobs_policy": prev, "logprobs_reference": ref})
+    est_cfg = {"normalize_advantages": False, "gae_lambda": 1.0, "gae_gamma": 1.0}
     loss_cfg = {"use_kl_in_reward": True, "reference_policy_kl_penalty": 0.5}
-    est = GeneralizedAdvantageEstimator({"normalize_advantages": False, "gae_lambda": 1.0}, loss_cfg)
-    adv, _ = est.compute_advantage(None, torch.tensor([0.0]), torch.ones(1, 3), values=torch.zeros(1, 3),
-                                   logprobs_policy=prev, logprobs_reference=ref)
-    k3 = torch.exp(torch.tensor(-1.0)) - 1 + 1  # ℓ = ref - prev = -1
-    torch.testing.assert_close(adv[0, 0], -0.5 * k3 * 3)
+    est = GeneralizedAdvantageEstimator(est_cfg, loss_cfg)
+    adv, ret = est.compute_advantage(None, torch.tensor([0.0]), torch.ones(1, 3), torch.zeros(1, 3), **logps)
+    torch.testing.assert_close(adv, torch.tensor([[-0.55182, -0.36788, -0.18394]]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(ret, adv)  # values are 0
+    # β = 0: no KL at all, even with use_kl_in_reward on and the log-probs given
+    est0 = GeneralizedAdvantageEstimator(est_cfg, {**loss_cfg, "reference_policy_kl_penalty": 0.0})
+    adv0, _ = est0.compute_advantage(None, torch.tensor([0.0]), torch.ones(1, 3), torch.zeros(1, 3), **logps)
+    assert adv0.tolist() == [[0.0, 0.0, 0.0]]
+    # use_kl_in_reward off: the KL stays in the loss, the advantages ignore the log-probs
+    est_off = GeneralizedAdvantageEstimator(est_cfg, {"reference_policy_kl_penalty": 0.5})
+    adv_off, _ = est_off.compute_advantage(None, torch.tensor([0.0]), torch.ones(1, 3), torch.zeros(1, 3), **logps)
+    assert adv_off.tolist() == [[0.0, 0.0, 0.0]]
+
+
+def test_gae_kl_in_reward_refuses_missing_logprobs():
+    est = GeneralizedAdvantageEstimator({}, {"use_kl_in_reward": True, "reference_policy_kl_penalty": 0.5})
+    with pytest.raises(ValueError, match="needs logprobs and reference_logprobs"):
+        est.compute_advantage(None, torch.tensor([0.0]), torch.ones(1, 3), torch.zeros(1, 3),
+                              logprobs=torch.full((1, 3), -1.0))
+
+
+def test_gae_rejects_non_finite_rewards():
+    est = GeneralizedAdvantageEstimator()
+    with pytest.raises(ValueError, match="rewards must be finite"):
+        est.compute_advantage(None, torch.tensor([float("nan")]), torch.ones(1, 3), torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="rewards must be finite"):
+        RawRewardAdvantageEstimator().compute_advantage(None, torch.tensor([float("inf")]), torch.ones(1, 3))
 
 
 def test_raw_reward_all_zero_mask_gives_r_times_1e4():

@@ -1,4 +1,4 @@
-"""Masked mean/variance and the k1/k2/k3 KL estimators: spec §1.1-1.3 examples and gradients."""
+"""Masked mean/variance and the k1/k2/k3 KL estimators: NeMo-RL's examples and gradients."""
 
 import math
 
@@ -18,7 +18,7 @@ def test_masked_mean_per_row_and_global_count():
     x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     m = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
     torch.testing.assert_close(masked_mean(x, m, dim=-1), torch.tensor([1.5, 6.0]))
-    # A global count replaces Σ m (spec §2): 9 / (10 + 1e-8).
+    # A global count replaces Σ m (global normalisation): 9 / (10 + 1e-8).
     assert masked_mean(x, m, global_normalization_factor=10.0).item() == pytest.approx(0.9)
 
 
@@ -44,7 +44,7 @@ def test_kl_estimators_match_their_formulas(kl_type, expected):
 
 
 def test_k1_is_input_then_output_clamped():
-    # spec §1.3 [verified]: k1(logp=-30, ref=0) = -10 with clamps 20 / 10.
+    # NeMo-RL: k1(logp=-30, ref=0) = -10 with clamps 20 / 10.
     got = calculate_kl(torch.tensor([-30.0]), torch.tensor([0.0]), "k1")
     assert got.item() == -10.0
     # The output clamp comes after the importance weight: w·k = 0.3·(e^20...) -> clamp to 10.
@@ -75,7 +75,7 @@ def test_kl_gradient_matches_finite_differences():
 
 
 def test_score_function_weight_adds_k_to_the_gradient():
-    # With w = exp(logp - sg(logp)) (value 1), d(w·k)/d logp = k + dk/d logp (spec §5.4).
+    # With w = exp(logp - sg(logp)) (value 1), d(w·k)/d logp = k + dk/d logp.
     logp = torch.tensor([-1.0, -0.3, -2.0], dtype=torch.float64, requires_grad=True)
     ref = torch.tensor([-1.4, -0.2, -1.0], dtype=torch.float64)
     w = torch.exp(logp - logp.detach())

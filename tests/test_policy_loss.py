@@ -1,4 +1,4 @@
-"""Clipped policy-gradient loss (spec §5): loop reference, gradients, micro-batches, options."""
+"""Clipped policy-gradient loss: loop reference, hand numbers, gradients, micro-batches, bad input."""
 
 import itertools
 import math
@@ -6,12 +6,15 @@ import math
 import pytest
 import torch
 
+import rlnb
 from rlnb import ClippedPGLossConfig, ClippedPGLossFn, clipped_pg_loss, next_token_logprobs
+from rlnb.algorithms.kl import kl_penalty_term
 from rlnb.algorithms.policy_loss import METRIC_KEYS
+from rlnb.algorithms.surrogate import clipped_surrogate, probability_ratio
 
 
 def reference(c, p, q, ref, A, tm, sm, n_seq, n_tok, cfg):
-    """Per-token Python-float loop of spec §5.2-5.9 (loss value and a few metrics)."""
+    """Per-token Python-float loop of NeMo-RL's formulas (loss value and the ratio range)."""
     B, T = len(c), len(c[0])
     beta = 0.0 if cfg.get("use_kl_in_reward") else cfg.get("reference_policy_kl_penalty", 0.01)
     lo_c, hi_c = cfg.get("ratio_clip_min", 0.2), cfg.get("ratio_clip_max", 0.2)
@@ -83,6 +86,9 @@ def random_batch(B=5, T=7, seed=0, dtype=torch.float32):
     p = c + 0.3 * torch.randn(B, T, generator=g, dtype=dtype)
     q = p + 0.1 * torch.randn(B, T, generator=g, dtype=dtype)
     ref = p + 0.4 * torch.randn(B, T, generator=g, dtype=dtype)
+    # log-probs must be <= 0: shift all four together (ratios and KL see only differences)
+    shift = torch.stack([x.max() for x in (c, p, q, ref)]).max().clamp(min=0) + 0.01
+    c, p, q, ref = c - shift, p - shift, q - shift, ref - shift
     A = torch.randn(B, 1, generator=g, dtype=dtype).expand(B, T).contiguous()
     tm = (torch.rand(B, T, generator=g) > 0.25).to(dtype)
     tm[-1] = 0  # a row with no valid token
@@ -111,12 +117,9 @@ VARIANTS = [
 
 
 def run(cfg, c, p, q, ref, A, tm, sm, **extra):
-    cfg_obj = ClippedPGLossConfig(**cfg)
-    kw = cfg_obj.model_dump(exclude={"use_kl_in_reward"})
-    kw["reference_policy_kl_penalty"] = cfg_obj.loss_kl_penalty
     n_tok = (tm * sm[:, None]).sum()
     return clipped_pg_loss(c, p, q, A, tm, sm, global_valid_seqs=sm.sum(), global_valid_toks=n_tok,
-                           reference_logprobs=ref, **kw, **extra)
+                           reference_logprobs=ref, config=ClippedPGLossConfig(**cfg), **extra)
 
 
 @pytest.mark.parametrize("cfg", VARIANTS, ids=lambda c: ",".join(c) or "default")
@@ -163,12 +166,10 @@ def test_micro_batch_sums_equal_full_batch(cfg):
     full.backward()
     xs = c.clone().requires_grad_()
     total = 0
-    cfg_obj = ClippedPGLossConfig(**cfg)
-    kw = cfg_obj.model_dump(exclude={"use_kl_in_reward"})
     for rows in (slice(0, 2), slice(2, 3), slice(3, 6)):
         part, _ = clipped_pg_loss(xs[rows], p[rows], q[rows], A[rows], tm[rows], sm[rows],
                                   global_valid_seqs=n_seq, global_valid_toks=n_tok,
-                                  reference_logprobs=ref[rows], **kw)
+                                  reference_logprobs=ref[rows], **cfg)
         total = total + part
     total.backward()
     torch.testing.assert_close(total, full)
@@ -189,11 +190,37 @@ def test_fused_compiled_path_matches_eager():
     torch.testing.assert_close(outs[1][1], outs[0][1])
     for k, v in outs[0][2].items():
         assert outs[1][2][k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
+    # the input checks ride in the compiled pass too
+    A[1, 2] = float("nan")
+    with pytest.raises(ValueError, match="advantages must be finite"):
+        run(cfg, c.clone().requires_grad_(), p, q, ref, A, tm, sm, compile=True)
+
+
+def test_loss_makes_one_device_sync(monkeypatch):
+    # Metrics and input checks come back in a single .tolist(): count every host read.
+    c, p, q, ref, A, tm, sm = random_batch()
+    syncs = []
+    for name in ("tolist", "item", "__bool__", "__float__", "__int__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, _name=name):
+            syncs.append(_name)
+            return _original(self, *args)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    cfg = ClippedPGLossConfig(use_importance_sampling_correction=True,
+                              truncated_importance_sampling_type="tis",
+                              truncated_importance_sampling_ratio=2.0)
+    clipped_pg_loss(c, p, q, A, tm, sm, global_valid_seqs=sm.sum(), global_valid_toks=torch.tensor(10.0),
+                    reference_logprobs=ref, config=cfg)
+    assert syncs == ["tolist"]
 
 
 def test_all_zero_mask_gives_zero_loss_and_inf_sentinels():
+    # A micro-batch without valid tokens (the global batch has some): loss 0, sentinels ±inf.
     c, p, q, ref, A, tm, sm = random_batch()
-    loss, m = run({}, c, p, q, ref, A, torch.zeros_like(tm), sm)
+    loss, m = clipped_pg_loss(c, p, q, A, torch.zeros_like(tm), sm, global_valid_seqs=4,
+                              global_valid_toks=10, reference_logprobs=ref)
     assert loss.item() == 0.0
     assert m["probs_ratio_min"] == math.inf and m["probs_ratio_max"] == -math.inf
     assert m["probs_ratio"] == 0.0 and m["approx_entropy"] == 0.0 and m["kl_penalty"] == 0
@@ -327,6 +354,81 @@ def test_bad_tensors_fail_with_the_argument_name():
         clipped_pg_loss(c, p, q, A, tm, sm, ratio_clip_c=0.5, **kw)
 
 
+@pytest.mark.parametrize("where", [(0, 0), (4, 6)], ids=["valid token", "masked row"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_advantages_raise_even_where_masked(where, bad):
+    # NaN·0 is NaN: one bad advantage anywhere poisons the loss, so it is refused anywhere.
+    c, p, q, ref, A, tm, sm = random_batch()
+    A[where] = bad
+    with pytest.raises(ValueError, match=rf"advantages must be finite, got 1 NaN/inf.*index \({where[0]}, {where[1]}\)"):
+        run({}, c, p, q, ref, A, tm, sm)
+
+
+@pytest.mark.parametrize("name", ["logprobs", "prev_logprobs", "generation_logprobs", "reference_logprobs"])
+def test_positive_or_nan_logprobs_raise_naming_the_tensor(name):
+    batch = dict(zip(("logprobs", "prev_logprobs", "generation_logprobs", "reference_logprobs"),
+                     random_batch()[:4]))
+    *_, A, tm, sm = random_batch()
+
+    def call(**override):
+        t = {**batch, **override}
+        return clipped_pg_loss(t["logprobs"], t["prev_logprobs"], t["generation_logprobs"], A, tm, sm,
+                               global_valid_seqs=4, global_valid_toks=10,
+                               reference_logprobs=t["reference_logprobs"])
+
+    bumped = batch[name].clone()
+    bumped[2, 3] = 0.5
+    with pytest.raises(ValueError, match=rf"{name} must be log-probabilities \(<= 0\), got a maximum of 0.5"):
+        call(**{name: bumped})
+    bumped[2, 3] = float("nan")
+    with pytest.raises(ValueError, match=f"{name} contains NaN"):
+        call(**{name: bumped})
+    bumped[2, 3] = 1e-4  # float rounding of a log-softmax near 0 is tolerated
+    call(**{name: bumped})
+
+
+def test_reference_logprobs_are_not_read_without_a_kl_term():
+    c, p, q, ref, A, tm, sm = random_batch()
+    loss, _ = clipped_pg_loss(c, p, q, A, tm, sm, global_valid_seqs=4, global_valid_toks=10,
+                              reference_logprobs=ref + 5, reference_policy_kl_penalty=0.0)
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("n_tok", [0, 0.0, -1.0, torch.tensor(0.0)])
+def test_non_positive_global_token_count_raises(n_tok):
+    c, p, q, ref, A, tm, sm = random_batch()
+    with pytest.raises(ValueError, match="global_valid_toks must be > 0"):
+        clipped_pg_loss(c, p, q, A, tm, sm, global_valid_seqs=4, global_valid_toks=n_tok,
+                        reference_logprobs=ref)
+    with pytest.raises(ValueError, match="global_valid_seqs must be > 0"):
+        clipped_pg_loss(c, p, q, A, tm, sm, global_valid_seqs=torch.tensor(0.0),
+                        global_valid_toks=10, reference_logprobs=ref)
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0)])
+def test_empty_batch_raises(shape):
+    x = torch.zeros(shape)
+    with pytest.raises(ValueError, match=r"logprobs must not be empty.*B = 0 or T = 0"):
+        clipped_pg_loss(x, x, x, x, x, torch.ones(shape[0]), global_valid_seqs=1,
+                        global_valid_toks=1, reference_policy_kl_penalty=0.0)
+
+
+def test_unknown_kl_type_and_lower_clip_of_one_are_refused():
+    c, p, q, ref, A, tm, sm = random_batch()
+    with pytest.raises(ValueError, match="unknown reference_policy_kl_type 'k4'"):
+        run({"reference_policy_kl_type": "k4"}, c, p, q, ref, A, tm, sm)
+    with pytest.raises(ValueError, match="unknown reference_policy_kl_type 'k4'"):
+        clipped_pg_loss(c, p, q, A, tm, sm, global_valid_seqs=4, global_valid_toks=10,
+                        reference_logprobs=ref, reference_policy_kl_type="k4")
+    # ratio_clip_min >= 1 would make the lower clip 1 - ε <= 0, i.e. no lower clip at all.
+    for eps in (1.0, 1.5):
+        with pytest.raises(ValueError, match=rf"ratio_clip_min must be < 1.*got {eps}"):
+            ClippedPGLossConfig(ratio_clip_min=eps)
+        with pytest.raises(ValueError, match="loss_fn: ratio_clip_min must be < 1"):
+            ClippedPGLossFn({"ratio_clip_min": eps})
+    ClippedPGLossConfig(ratio_clip_min=0.99)
+
+
 def test_reinforce_without_ratio_is_minus_advantage_times_logprob():
     c, p, q, ref, A, tm, sm = random_batch()
     loss, _ = run({"disable_ppo_ratio": True, "reference_policy_kl_penalty": 0.0}, c, p, q, ref, A, tm, sm)
@@ -334,10 +436,126 @@ def test_reinforce_without_ratio_is_minus_advantage_times_logprob():
     torch.testing.assert_close(loss, (-A * c * M).sum() / (M.sum() + 1e-8))
 
 
-def test_options_grid_is_finite():
+# --- one hand-checked batch for the option grid: 2 rows x 2 tokens, row 1 has one valid token.
+#   log π      = [[-0.5, -1.0], [-0.2, -2.0]]      log π_old = log π_gen = [[-1.0, -1.0], [-1.0, -2.5]]
+#   log π_ref  = [[-1.0, -1.5], [-1.0, -2.0]]      A = [[1, 1], [-1, -1]]   token_mask [[1, 1], [1, 0]]
+# Token ratios e^(log π - log π_old): e^0.5, 1, e^0.8; clipped to [0.8, 1.2]: 1.2, 1, 1.2.
+# Per-token surrogate max(-Aρ, -A·clip ρ): -1.2, -1, e^0.8 = 2.22554; dual clip C = 2 caps the
+# last (A < 0) at 2. GSPO ratios: row 0 e^((0.5 + 0)/2) = 1.28403 -> -1.2 on both tokens,
+# row 1 e^0.8 (one token) -> 2.22554 (or 2 with C = 2).
+# KL with ℓ = log π_ref - log π = -0.5, -0.5, -0.8: k1 = -ℓ, k2 = ℓ²/2, k3 = e^ℓ - 1 - ℓ.
+GRID_C = torch.tensor([[-0.5, -1.0], [-0.2, -2.0]])
+GRID_P = torch.tensor([[-1.0, -1.0], [-1.0, -2.5]])
+GRID_REF = torch.tensor([[-1.0, -1.5], [-1.0, -2.0]])
+GRID_A = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
+GRID_TM = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+E08 = math.exp(0.8)
+GRID_SURROGATE = {  # (sequence-level ratio, dual clip) -> per valid token (row 0 t0, t1, row 1 t0)
+    (False, None): (-1.2, -1.0, E08), (False, 2.0): (-1.2, -1.0, 2.0),
+    (True, None): (-1.2, -1.2, E08), (True, 2.0): (-1.2, -1.2, 2.0),
+}
+GRID_KL = {
+    "k1": (0.5, 0.5, 0.8),
+    "k2": (0.125, 0.125, 0.32),
+    "k3": (math.exp(-0.5) - 0.5, math.exp(-0.5) - 0.5, math.exp(-0.8) - 0.2),
+}
+
+
+@pytest.mark.parametrize("seq, clip_c, kl_type",
+                         list(itertools.product((False, True), (None, 2.0), ("k1", "k2", "k3"))))
+def test_options_grid_hand_numbers(seq, clip_c, kl_type):
+    beta = 0.1
+    loss, m = clipped_pg_loss(
+        GRID_C, GRID_P, GRID_P, GRID_A, GRID_TM, torch.ones(2), global_valid_seqs=2,
+        global_valid_toks=3, reference_logprobs=GRID_REF, token_level_loss=not seq,
+        sequence_level_importance_ratios=seq, ratio_clip_c=clip_c,
+        reference_policy_kl_type=kl_type, reference_policy_kl_penalty=beta,
+    )
+
+    def reduce(x):  # token-level: Σ / N_tok; sequence-level: mean of row means over N_seq
+        return ((x[0] + x[1]) / 2 + x[2]) / 2 if seq else sum(x) / 3
+
+    actor = reduce(GRID_SURROGATE[seq, clip_c])
+    kl = reduce(GRID_KL[kl_type])
+    assert loss.item() == pytest.approx(actor + beta * kl, rel=1e-5)
+    assert m["kl_penalty"] == pytest.approx(kl, rel=1e-5)  # reported without β
+    assert m["probs_ratio_max"] == pytest.approx(E08, rel=1e-6)
+    assert m["probs_ratio_min"] == pytest.approx(math.exp(0.25) if seq else 1.0, rel=1e-6)
+    assert m["probs_ratio_clamped_max"] == pytest.approx(1.2) and m["probs_ratio_clamped_min"] == pytest.approx(1.0 if not seq else 1.2)
+
+
+def test_options_as_a_config_value_or_keywords():
     c, p, q, ref, A, tm, sm = random_batch()
-    for seq, clip_c, kl_type in itertools.product((False, True), (None, 2.0), ("k1", "k2", "k3")):
-        cfg = {"token_level_loss": not seq, "sequence_level_importance_ratios": seq,
-               "ratio_clip_c": clip_c, "reference_policy_kl_type": kl_type}
-        loss, m = run(cfg, c.clone().requires_grad_(), p, q, ref, A, tm, sm)
-        assert torch.isfinite(loss) and all(math.isfinite(v) for k, v in m.items() if "_m" not in k)
+    cfg = ClippedPGLossConfig(ratio_clip_max=0.28, ratio_clip_c=3.0, reference_policy_kl_penalty=0.05)
+    kw = dict(global_valid_seqs=4, global_valid_toks=10, reference_logprobs=ref)
+    by_config, m1 = clipped_pg_loss(c, p, q, A, tm, sm, config=cfg, **kw)
+    by_keywords, m2 = clipped_pg_loss(c, p, q, A, tm, sm, ratio_clip_max=0.28, ratio_clip_c=3.0,
+                                      reference_policy_kl_penalty=0.05, **kw)
+    by_dict, _ = clipped_pg_loss(c, p, q, A, tm, sm, config=cfg.model_dump(), **kw)
+    assert by_config.item() == by_keywords.item() == by_dict.item() and m1 == m2
+    # keywords override the config; use_kl_in_reward sets the loss's β to 0
+    no_kl, _ = clipped_pg_loss(c, p, q, A, tm, sm, config=cfg, reference_policy_kl_penalty=0.0, **kw)
+    in_reward, _ = clipped_pg_loss(c, p, q, A, tm, sm, config=cfg, use_kl_in_reward=True, **kw)
+    assert no_kl.item() == in_reward.item() != by_config.item()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'ratio_clip_mx'; did you mean 'ratio_clip_max'"):
+        clipped_pg_loss(c, p, q, A, tm, sm, ratio_clip_mx=0.3, **kw)
+    with pytest.raises(TypeError, match="'betta'"):
+        clipped_pg_loss(c, p, q, A, tm, sm, config=cfg, betta=0.3, **kw)
+
+
+def test_readme_example_runs():
+    B, T = 6, 5
+    prompt_ids = torch.tensor([[0], [0], [0], [1], [1], [1]])
+    advantages = rlnb.grpo_advantages(prompt_ids, torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0]))
+    logprobs = torch.full((B, T), -1.0, requires_grad=True)
+    old = torch.full((B, T), -1.1)
+    loss, metrics = rlnb.clipped_pg_loss(
+        logprobs, old, old, advantages[:, None].expand(B, T), torch.ones(B, T), torch.ones(B),
+        global_valid_seqs=B, global_valid_toks=B * T,
+        ratio_clip_max=0.28, reference_policy_kl_penalty=0.0,
+    )
+    loss.backward()
+    assert metrics["probs_ratio"] == pytest.approx(math.exp(0.1), rel=1e-6)
+    assert metrics["probs_ratio_clamped"] == pytest.approx(math.exp(0.1), rel=1e-6)
+    assert logprobs.grad is not None
+
+
+def test_loss_pieces_on_their_own():
+    c, p = torch.tensor([[-0.5, -1.0]]), torch.tensor([[-1.0, -1.0]])
+    ratio, clipped = probability_ratio(c, p, torch.ones(1, 2), ratio_clip_min=0.2, ratio_clip_max=0.1)
+    torch.testing.assert_close(ratio, torch.tensor([[math.exp(0.5), 1.0]]))
+    torch.testing.assert_close(clipped, torch.tensor([[1.1, 1.0]]))
+    seq, _ = probability_ratio(c, p, torch.ones(1, 2), sequence_level=True)
+    torch.testing.assert_close(seq, torch.full((1, 2), math.exp(0.25)))
+    x = c.clone().requires_grad_()
+    forced, forced_clip = probability_ratio(x, None, torch.ones(1, 2), force_on_policy=True)
+    assert forced.tolist() == [[1.0, 1.0]] and forced_clip is forced
+    A = torch.tensor([[1.0, -1.0]])
+    torch.testing.assert_close(clipped_surrogate(A, ratio, clipped, c), torch.tensor([[-1.1, 1.0]]))
+    big = torch.tensor([[1.0, 5.0]])  # A < 0 and ρ = 5: -Aρ = 5, capped at -A·C = 3
+    dual = clipped_surrogate(A, big, big.clamp(0.8, 1.2), c, ratio_clip_c=3.0)
+    torch.testing.assert_close(dual, torch.tensor([[-1.0, 3.0]]))
+    cispo = clipped_surrogate(A, ratio, clipped, c, use_cispo=True)  # -A·sg(clip ρ)·log π
+    torch.testing.assert_close(cispo, torch.tensor([[-1.1 * -0.5, 1.0 * -1.0]]))
+    kl = kl_penalty_term(torch.tensor([[-1.0]]), torch.tensor([[-1.5]]), beta=0.5)
+    assert kl.item() == pytest.approx(0.5 * (math.exp(-0.5) - 0.5))
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({}, math.exp(-4) - 1 + 4),  # k3(ℓ = ref - c = -4) = 3.0183, inside both clamps
+    ({"kl_input_clamp_value": 2.0}, math.exp(-2) - 1 + 2),  # ℓ clamped to -2 first: 1.1353
+    ({"kl_output_clamp_value": 1.0}, 1.0),  # then w·k clamped to ±1
+    ({"use_on_policy_kl_approximation": True},  # w = exp(c - q) = e^0.5 multiplies k3
+     math.exp(0.5) * (math.exp(-4) - 1 + 4)),
+    ({"reference_policy_kl_type": "k1"}, 4.0),  # k1 = -ℓ
+    ({"reference_policy_kl_type": "k2"}, 8.0),  # k2 = ℓ²/2
+])
+def test_kl_clamps_and_on_policy_weight_by_hand(options, expected):
+    """One token, advantage 0: the loss is β·KL alone; every KL option changes it as derived."""
+    one = torch.ones(1, 1)
+    loss, metrics = clipped_pg_loss(
+        -1.0 * one, -1.0 * one, -1.5 * one, 0 * one, one, torch.ones(1),
+        global_valid_seqs=1, global_valid_toks=1, reference_logprobs=-5.0 * one,
+        reference_policy_kl_penalty=1.0, **options)
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+    assert metrics["kl_penalty"] == pytest.approx(expected, rel=1e-5)

@@ -90,7 +90,7 @@ def test_preference_loss_hand_checked():
 
 
 def test_preference_loss_masked_rejected_row_still_counts_in_its_pair():
-    """Pair loss and accuracy use the chosen row's mask; the rejected mean its own (spec §9)."""
+    """Pair loss and accuracy use the chosen row's mask; the rejected mean its own."""
     scores = torch.tensor([2.0, 1.0, 0.0, 3.0])
     sm = torch.tensor([1.0, 0.0, 1.0, 1.0])  # N_seq = 3 -> N_seq/2 = 1.5
     loss, m = preference_loss(scores, sm, global_valid_seqs=3)

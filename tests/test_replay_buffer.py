@@ -1,4 +1,4 @@
-"""Async GRPO replay buffer (spec §8): capacity, targets, sampling with stalls/eviction, restore."""
+"""Async GRPO replay buffer (NeMo-RL's async GRPO): capacity, targets, sampling with stalls/eviction, restore."""
 
 import random
 
@@ -22,7 +22,7 @@ def fill(buf, items):
         assert buf.add(name, weight_version=v, target_weight_version=t) == "success"
 
 
-# --- slow reference, written straight from the spec (parallel lists, like the description)
+# --- slow reference, written straight from the description (parallel lists, like the description)
 
 
 class RefBuffer:

@@ -1,4 +1,4 @@
-"""Reward scaling and DAPO / stop-properly reward shaping (spec §6.3, §6.4)."""
+"""Reward scaling and DAPO / stop-properly reward shaping: loop references and hand numbers."""
 
 import warnings
 
@@ -18,7 +18,7 @@ from rlnb.config import parse_config
 DAPO = {"overlong_buffer_length": 4, "overlong_buffer_penalty": 1.0, "max_response_length": 16}
 
 
-# --- slow references, written straight from the spec
+# --- slow references, written straight from the formulas
 
 
 def ref_scale(rewards, s_min, s_max, t_min, t_max):
@@ -55,9 +55,20 @@ def test_scale_rewards_clamps_and_warns_out_of_range():
 
 
 def test_scale_rewards_in_range_does_not_warn():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        scale_rewards(torch.tensor([0.0, 1.0]), source_min=0.0, source_max=1.0)
+    # The range is closed: its two ends map onto the target ends without a warning, and one
+    # float32 step past either end warns (so a scale_rewards that never warns fails here too).
+    kw = dict(source_min=-0.5, source_max=1.0, target_min=0.0, target_max=3.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = scale_rewards(torch.tensor([-0.5, 0.25, 1.0]), **kw)
+    assert caught == []
+    assert out.tolist() == [0.0, 1.5, 3.0]
+    for past in (torch.nextafter(torch.tensor(1.0), torch.tensor(2.0)),
+                 torch.nextafter(torch.tensor(-0.5), torch.tensor(-1.0))):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            scale_rewards(past.reshape(1), **kw)
+        assert len(caught) == 1 and "1 of 1 rewards" in str(caught[0].message)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -107,7 +118,7 @@ def test_scale_rewards_bad_input():
 
 
 def test_dapo_penalty_is_unbounded_verified_example():
-    # Spec §6.4 [verified]: ℓ=20, max=16, buf=4, pen=1 → −2 (DAPO's paper would cap it at −1).
+    # NeMo-RL: ℓ=20, max=16, buf=4, pen=1 → −2 (DAPO's paper would cap it at −1).
     out = shape_rewards(torch.tensor([0.0]), response_lengths=torch.tensor([20]), **DAPO)
     torch.testing.assert_close(out, torch.tensor([-2.0]))
 
@@ -236,7 +247,7 @@ def test_stop_properly_bad_truncated():
 # --- configs
 
 
-def test_config_defaults_match_spec():
+def test_config_defaults_match_nemo_rl():
     s = RewardScalingConfig()
     assert (s.enabled, s.source_min, s.source_max, s.target_min, s.target_max) == (
         False,

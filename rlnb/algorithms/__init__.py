@@ -1,7 +1,8 @@
 """The algorithm layer: pure tensor functions and thin seed-style wrappers.
 
-Every name here is also importable from ``rlnb``. The numerical contract is NeMo-RL's (see
-each module's docstring for the formula, papers and implementation choices).
+Every name here is also importable from ``rlnb``. The numerical contract is NeMo-RL's: each
+module's docstring gives the formula, papers and implementation choices, and
+docs/algorithms.md explains every concept, with the NeMo-RL quirks rlnb keeps or fixes.
 """
 
 from rlnb.algorithms.advantages import (
@@ -12,13 +13,17 @@ from rlnb.algorithms.advantages import (
     OnPolicyDistillationAdvantageEstimator,
     ReinforcePlusPlusAdvantageEstimator,
     gdpo_advantages,
+    gdpo_reward_components,
     grpo_advantages,
-    kl_in_reward,
     make_advantage_estimator,
     on_policy_distillation_advantages,
     reinforce_plus_plus_advantages,
 )
-from rlnb.algorithms.baselines import calculate_baseline_and_std_per_prompt, group_ids
+from rlnb.algorithms.baselines import (
+    calculate_baseline_and_std_per_prompt,
+    comparison_sums,
+    group_ids,
+)
 from rlnb.algorithms.dynamic_sampling import (
     DynamicSamplingResult,
     DynamicSamplingState,
@@ -43,11 +48,24 @@ from rlnb.algorithms.gae import (
     shift_values,
     token_level_rewards,
 )
-from rlnb.algorithms.kl import KL_ESTIMATORS, calculate_kl, k1, k2, k3
-from rlnb.algorithms.logprobs import next_token_logprobs
+from rlnb.algorithms.importance_sampling import (
+    train_inference_diagnostics,
+    truncated_importance_weights,
+)
+from rlnb.algorithms.kl import (
+    KL_ESTIMATORS,
+    calculate_kl,
+    k1,
+    k2,
+    k3,
+    kl_in_reward,
+    kl_penalty_term,
+)
+from rlnb.algorithms.logprobs import next_token_logprobs, token_entropy, token_logprobs
 from rlnb.algorithms.masked import masked_mean, masked_var
 from rlnb.algorithms.packing import SequencePackingLossWrapper, pack_sequences
-from rlnb.algorithms.policy_loss import ClippedPGLossConfig, ClippedPGLossFn, clipped_pg_loss
+from rlnb.algorithms.policy_loss import ClippedPGLossFn, clipped_pg_loss
+from rlnb.algorithms.policy_loss_config import ClippedPGLossConfig, loss_config
 from rlnb.algorithms.preference import (
     DPOLossConfig,
     DPOLossFn,
@@ -55,9 +73,10 @@ from rlnb.algorithms.preference import (
     PreferenceLoss,
     dpo_loss,
     nll_loss,
+    per_row_nll,
     preference_loss,
 )
-from rlnb.algorithms.reduction import global_valid_counts, reduce_loss
+from rlnb.algorithms.reduction import global_valid_counts, reduce_loss, sum_partial_metrics
 from rlnb.algorithms.replay_buffer import (
     AddStatus,
     AsyncGRPOConfig,
@@ -75,6 +94,7 @@ from rlnb.algorithms.rewards import (
     scale_rewards,
     shape_rewards,
 )
+from rlnb.algorithms.surrogate import clipped_surrogate, positive_example_nll, probability_ratio
 from rlnb.algorithms.value_loss import (
     MseValueLossFn,
     ValueLossConfig,
@@ -87,18 +107,20 @@ __all__ = [
     "GRPOAdvantageEstimator", "OnPolicyDistillationAdvantageEstimator",
     "ReinforcePlusPlusAdvantageEstimator", "gdpo_advantages", "grpo_advantages", "kl_in_reward",
     "make_advantage_estimator", "on_policy_distillation_advantages",
-    "reinforce_plus_plus_advantages",
-    "calculate_baseline_and_std_per_prompt", "group_ids",
+    "reinforce_plus_plus_advantages", "gdpo_reward_components",
+    "calculate_baseline_and_std_per_prompt", "comparison_sums", "group_ids",
     "PPO_ADVANTAGE_ESTIMATORS", "GeneralizedAdvantageEstimator", "PPOAdvEstimatorConfig",
     "RawRewardAdvantageEstimator", "gae_advantages", "gae_recursion",
     "make_ppo_advantage_estimator", "raw_reward_advantages", "shift_values", "token_level_rewards",
-    "KL_ESTIMATORS", "calculate_kl", "k1", "k2", "k3",
-    "next_token_logprobs", "masked_mean", "masked_var",
+    "KL_ESTIMATORS", "calculate_kl", "k1", "k2", "k3", "kl_penalty_term",
+    "train_inference_diagnostics", "truncated_importance_weights",
+    "next_token_logprobs", "token_logprobs", "token_entropy", "masked_mean", "masked_var",
     "SequencePackingLossWrapper", "pack_sequences",
-    "ClippedPGLossConfig", "ClippedPGLossFn", "clipped_pg_loss",
+    "ClippedPGLossConfig", "ClippedPGLossFn", "clipped_pg_loss", "loss_config",
+    "probability_ratio", "clipped_surrogate", "positive_example_nll",
     "DPOLossConfig", "DPOLossFn", "NLLLoss", "PreferenceLoss", "dpo_loss", "nll_loss",
-    "preference_loss",
-    "global_valid_counts", "reduce_loss",
+    "per_row_nll", "preference_loss",
+    "global_valid_counts", "reduce_loss", "sum_partial_metrics",
     "MseValueLossFn", "ValueLossConfig", "clipped_value_loss", "explained_variance",
     "DynamicSamplingResult", "DynamicSamplingState", "dynamic_sampling", "select_nonzero_std",
     "clip_advantages", "overlong_filter", "seq_logprob_error_mask", "seq_mult_prob_error",

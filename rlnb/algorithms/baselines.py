@@ -4,24 +4,39 @@
     loo:     b_i = mean_{j∈g(i), j≠i} r_j           σ_i = Bessel std of the *other* rewards
 
 GRPO (https://arxiv.org/abs/2402.03300) normalises by the group std; RLOO
-(https://arxiv.org/abs/2402.14740) uses the leave-one-out mean.
+(https://arxiv.org/abs/2402.14740) uses the leave-one-out mean. See docs/algorithms.md#baselines.
 
-Implementation choices (spec §1.4):
+Implementation choices:
 1) Groups are the distinct rows of ``prompt_ids`` (the whole padded row compared exactly), so
-   two data-set items with identical prompt tokens form one group, as in NeMo-RL.
-2) Vectorised with ``index_add`` group sums (O(B), no Python loop over groups, no B×B matrix);
-   leave-one-out sums are the group sum minus one's own term. Rows are grouped by an exact
-   hash-and-verify (``group_ids``), not ``torch.unique(dim=0)``, which is slow on CPU.
-3) The std uses the one-pass formula sqrt((E[r²] - E[r]²)·n/(n-1)) in float32, like NeMo-RL:
-   a group of equal non-dyadic rewards (3 × 1/3) can give a tiny non-zero std (~1e-4), and
-   dynamic sampling's exact ``std != 0`` test depends on that. ``torch.std`` would give 0.
-   The last bit of such a residue depends on summation order (NeMo-RL sums with a BLAS
-   mat-vec); which members of a loo group get it can differ from NeMo-RL's, its size cannot.
-4) A group with at most one valid member gets baseline = its own reward and std 0 (so its
-   GRPO advantage is exactly 0). NaN std (n = 1 after leave-one-out) becomes 0 and +inf becomes
-   float32 max (``nan_to_num``), reproducing NeMo-RL's 3.4e38 for a loo group with partial
-   validity; the GRPO loop never meets it (validity is all ones there).
-5) Invalid members still *receive* a baseline and std; they are only left out of the sums.
+   two data-set items with identical prompt tokens form one group, as in NeMo-RL. Rows are
+   grouped by an exact hash-and-verify (``group_ids``), not ``torch.unique(dim=0)``, which is
+   slow on CPU.
+2) The sums over a member's comparison set are what NeMo-RL computes: the product of a 0/1 mask
+   matrix M (1 - I with leave-one-out, all ones without) with the group's values, in float32,
+   one product term after another. Never "group total minus own reward": in float32 that leaves
+   a residue where NeMo-RL has none (a loo pair got a std of 1e-40, which n/(n-1) = 1/0 turned
+   into 3.4e38 and an advantage of 5.6e-40 instead of ±(r1 - r2)).
+3) Vectorised: the groups of each size k are stacked into ``[n_k, k]`` and the k terms of
+   M @ v are added one column at a time for all of them at once (``comparison_sums``), so the
+   Python loop runs over distinct group sizes and columns, never over groups.
+4) Summation order: member order (ascending row index), so the sums are the same bits on any
+   device (elementwise float32 adds, no BLAS). NeMo-RL leaves the order to the BLAS kernel
+   behind ``torch.matmul`` (MKL's differs by CPU, by row and by memory alignment), so with
+   three or more non-integer terms the last bit can differ from NeMo-RL's on some machines.
+   Sums of at most two terms, and of integers (0/1 rewards), are exact in any order: there
+   the std == 0 decisions agree with NeMo-RL everywhere.
+5) The std uses NeMo-RL's one-pass formula sqrt((E[r²] - E[r]²)·n/(n-1)) in float32, so equal
+   non-integer rewards can leave a tiny non-zero std: 3 × 1/3 without loo gives 1.06e-4 and
+   8 × 0.3 with loo 9.3e-5 (``torch.std`` would say 0). NeMo-RL quirk, kept: dynamic
+   sampling's exact ``std != 0`` filter depends on it.
+6) A group with at most one valid member gets baseline = its own reward and std 0 (so its GRPO
+   advantage is exactly 0). Where the divisor n = Σ valid - [loo] is ≤ 1 the std is 0: for a
+   loo pair that is NeMo-RL's NaN -> 0; with a partial valid mask NeMo-RL can also meet a
+   non-zero (sq - b²)·1/0 = +inf and report float32 max (3.4e38) for an invalid member.
+   Deliberate difference: rlnb returns 0 there (the GRPO loop never meets it: validity is all
+   ones).
+7) Invalid members still *receive* a baseline and std; they are only left out of the sums.
+8) NaN or ±inf rewards raise ``ValueError`` (NeMo-RL silently turns the group NaN).
 """
 
 from __future__ import annotations
@@ -30,14 +45,14 @@ import functools
 
 import torch
 
-from rlnb.algorithms.checks import check_mask, check_same_rows, check_tensor
+from rlnb.algorithms.checks import check_finite, check_mask, check_same_rows, check_tensor
 
 
 def group_ids(prompt_ids: torch.Tensor) -> torch.Tensor:
     """Dense group index per row: rows with identical ``prompt_ids`` share an index.
 
     Args:
-        prompt_ids: ``[B, P]`` padded prompt tokens (or ``[B]`` ids).
+        prompt_ids: ``[B, L]`` padded prompt tokens (or ``[B]`` ids).
     Returns:
         ``[B]`` int64 in ``[0, num_groups)`` (numbering is arbitrary; only equality matters).
 
@@ -75,6 +90,42 @@ def _hash_weights(width: int, device: torch.device) -> torch.Tensor:
     return torch.randint(1, 2**20, (width,), generator=g, dtype=torch.long).to(device)
 
 
+def comparison_sums(
+    group: torch.Tensor, values: torch.Tensor, *, leave_one_out: bool
+) -> torch.Tensor:
+    """Σ_j M[i, j]·values[j] over each row's group, M = 1 - I (leave-one-out) or all ones.
+
+    The terms are added in member order (ascending row index), like a matrix-vector product that
+    accumulates column by column; see the module docstring, choices 2-4.
+
+    Args:
+        group: ``[B]`` dense group index per row (``group_ids``).
+        values: ``[B, C]`` float32, C quantities summed independently (r, r², ...).
+    Returns:
+        ``[B, C]`` float32 sums.
+    """
+    out = torch.empty_like(values)
+    if group.numel() == 0:
+        return out
+    sizes = torch.bincount(group)  # [num_groups]
+    starts = torch.cumsum(sizes, 0) - sizes  # first position of each group in `order`
+    order = torch.argsort(group, stable=True)  # rows grouped, ascending row index inside
+    for k in torch.unique(sizes).tolist():  # one host sync; distinct sizes, not groups
+        if k == 0:
+            continue
+        groups_k = (sizes == k).nonzero().squeeze(-1)  # [n_k]
+        rows = order[starts[groups_k, None] + torch.arange(k, device=group.device)]  # [n_k, k]
+        v = values[rows]  # [n_k, k, C]
+        mask = torch.ones(k, k, dtype=values.dtype, device=values.device)
+        if leave_one_out:
+            mask.fill_diagonal_(0)
+        acc = torch.zeros_like(v)  # [n_k, k, C]: member i's running sum
+        for j in range(k):  # add column j of M @ v: M[i, j]·v_j for every member i
+            acc = acc + mask[:, j, None] * v[:, j, None, :]
+        out[rows.reshape(-1)] = acc.reshape(-1, values.shape[-1])
+    return out
+
+
 def calculate_baseline_and_std_per_prompt(
     prompt_ids: torch.Tensor,
     rewards: torch.Tensor,
@@ -85,8 +136,8 @@ def calculate_baseline_and_std_per_prompt(
     """Baseline and std of the rewards of each row's prompt group.
 
     Args:
-        prompt_ids: ``[B, P]`` prompt tokens; equal rows form a group.
-        rewards: ``[B]`` rewards r.
+        prompt_ids: ``[B, L]`` prompt tokens (or ``[B]`` ids); equal rows form a group.
+        rewards: ``[B]`` rewards r, finite.
         valid_mask: ``[B]`` 0/1; invalid rows are left out of every sum (default all ones).
         leave_one_out: RLOO baseline (mean of the *other* valid rewards).
         rewards_for_std: ``[B]`` optional separate reward used only for the std (for example
@@ -95,34 +146,33 @@ def calculate_baseline_and_std_per_prompt(
         ``(baseline [B], std [B])`` float32.
     """
     check_tensor("rewards", rewards, ndim=1, floating=True)
+    check_finite("rewards", rewards)
     if valid_mask is None:
         valid_mask = torch.ones_like(rewards)
     valid = check_mask("valid_mask", valid_mask, shape=(rewards.shape[0],))
     if rewards_for_std is not None:
         check_tensor("rewards_for_std", rewards_for_std, ndim=1, floating=True)
+        check_finite("rewards_for_std", rewards_for_std)
     check_same_rows(prompt_ids=prompt_ids, rewards=rewards, rewards_for_std=rewards_for_std)
     group = group_ids(prompt_ids)
     r = rewards.float()
     r_std = r if rewards_for_std is None else rewards_for_std.float()
-    num_groups = int(group.max()) + 1 if group.numel() else 0
 
-    def per_row_sum(x: torch.Tensor) -> torch.Tensor:  # [B] -> [B]: Σ over the row's group
-        totals = torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(0, group, x)
-        return totals[group] - x if leave_one_out else totals[group]
-
-    v = r * valid
-    n = per_row_sum(valid) + (valid if leave_one_out else 0)  # Σ valid of the whole group
-    n = n - (1 if leave_one_out else 0)  # the divisor: valid members minus the left-out one
-    baseline = per_row_sum(v) / n
-    if rewards_for_std is None:
-        mean_for_std = baseline
-    else:
-        mean_for_std = per_row_sum(r_std * valid) / n
-    mean_sq = per_row_sum(r_std.square() * valid) / n
+    # NeMo-RL's vectors: v = r·valid, v2 = r_std²·valid (and r_std·valid when it differs).
+    columns = [r * valid, r_std.square() * valid]
+    if rewards_for_std is not None:
+        columns.append(r_std * valid)
+    sums = comparison_sums(group, torch.stack(columns, dim=-1), leave_one_out=leave_one_out)
+    group_valid = torch.bincount(group, weights=valid).to(valid.dtype)[group]  # [B], exact counts
+    n = group_valid - (1 if leave_one_out else 0)  # NeMo-RL's num_valid, shared by the group
+    baseline = sums[:, 0] / n
+    mean_for_std = baseline if rewards_for_std is None else sums[:, 2] / n
+    mean_sq = sums[:, 1] / n
     std = ((mean_sq - mean_for_std.square()) * (n / (n - 1))).sqrt().nan_to_num(nan=0.0)
+    zero = torch.zeros_like(std)
+    std = torch.where(n > 1, std, zero)  # n/(n-1) is NaN or inf there (choice 6)
 
-    group_valid = n + (1 if leave_one_out else 0)
     small = group_valid <= 1  # at most one valid member: no comparison possible
     baseline = torch.where(small, r, baseline)
-    std = torch.where(small, torch.zeros_like(std), std)
+    std = torch.where(small, zero, std)
     return baseline, std

@@ -54,8 +54,8 @@ def check_tensor(
 def check_mask(name: str, m: Any, *, shape: Sequence[int | None] | None = None) -> torch.Tensor:
     """Check that ``m`` is a 0/1 mask (bool, int or float dtype) and return it as float32.
 
-    Fractional masks are rejected: every normalisation in the spec counts mask entries, and a
-    0.5 would be half-counted in one place and fully counted in another.
+    Fractional masks are rejected: every normalisation (docs/algorithms.md) counts mask
+    entries, and a 0.5 would be half-counted in one place and fully counted in another.
     """
     check_tensor(name, m, shape=shape)
     if m.dtype != torch.bool and m.numel() > 0:
@@ -67,6 +67,22 @@ def check_mask(name: str, m: Any, *, shape: Sequence[int | None] | None = None) 
                 f"({_describe(m)})"
             )
     return m.to(torch.float32)
+
+
+def check_finite(name: str, x: torch.Tensor) -> torch.Tensor:
+    """Check that ``x`` holds no NaN or ±inf (one device sync); the message names the first one.
+
+    Rewards are the usual culprit: one NaN reward makes its whole group's baseline and std NaN,
+    and every advantage of the group with them, without any error.
+    """
+    if x.is_floating_point() and x.numel() > 0 and not bool(torch.isfinite(x).all()):
+        bad = ~torch.isfinite(x)
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"{name} must be finite, got {int(bad.sum())} NaN/inf value(s); the first is "
+            f"{x[idx].item()!r} at index {idx} ({_describe(x)})"
+        )
+    return x
 
 
 def check_same_rows(**tensors: torch.Tensor | None) -> int:
@@ -97,8 +113,18 @@ def choose(registry: Mapping[str, T], name: str, what: str) -> T:
     raise ValueError(f"unknown {what} {name!r}{hint}; valid: {valid}")
 
 
+def alias(name: str, value: Any, other_name: str, other_value: Any) -> Any:
+    """One input that callers may pass under either of two keywords; two different values for
+    it is a ``TypeError`` (the very same tensor under both names is fine)."""
+    if other_value is None:
+        return value
+    if value is not None and value is not other_value:
+        raise TypeError(f"{name} and {other_name} name the same input: pass one of them")
+    return other_value
+
+
 def upcast(x: torch.Tensor | None) -> torch.Tensor | None:
-    """Half-precision tensors to float32 (the spec's arithmetic); float32/float64 unchanged."""
+    """Half-precision tensors to float32 (NeMo-RL's arithmetic); float32/float64 unchanged."""
     if x is None or x.dtype in (torch.float32, torch.float64):
         return x
     return x.float()

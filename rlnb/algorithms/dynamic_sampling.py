@@ -5,15 +5,18 @@
 Papers: DAPO, dynamic sampling https://arxiv.org/abs/2503.14476 (Section 3.2: over-sample and
 filter out prompts whose accuracy is 0 or 1, so every group carries a gradient).
 
-Implementation choices (spec §6.2):
+See docs/algorithms.md#dynamic-sampling.
+
+Implementation choices:
 1) One pure function per generation batch, ``dynamic_sampling(batch, std=..., baseline=...,
    state=...)``; what carries over between generation batches of one training step (the cache of
    kept rows and the generation-batch counter k) lives in a small frozen ``DynamicSamplingState``
    that the caller holds and passes back. No hidden globals; nothing is edited in place.
 2) The filter is ``std != 0`` with *exact* float inequality on the per-sample std of the
-   baseline helper (§1.4). Without leave-one-out this keeps whole groups; **with leave-one-out
-   the std is per sample, so partial groups are kept** (group [1, 0, 0]: the 1 is dropped,
-   since its two others are equal). As in NeMo-RL, not as in the DAPO paper.
+   baseline helper (``baselines.py``, the same std the advantages use). Without leave-one-out
+   this keeps whole groups; **with leave-one-out the std is per sample, so partial groups are
+   kept** (group [1, 0, 0]: the 1 is dropped, since its two others are equal). As in NeMo-RL,
+   not as in the DAPO paper.
 3) The kept rows of every key are cached; ``std``, ``baseline`` and ``filtered_reward`` (= the
    kept ``total_reward``) are added. ``total_reward`` is **overwritten with the full, unfiltered
    reward vector** of the generation batch and cached the same way, so it accumulates every
@@ -29,7 +32,7 @@ Implementation choices (spec §6.2):
 6) A complete result hands back a fresh ``DynamicSamplingState()``: NeMo-RL resets the cache and
    k after the training step, and no caller should carry a finished step's cache into the next.
 7) Advantages must be computed on the returned batch *afresh*: its groups are partial or merged,
-   so the baselines of the generation batches no longer apply (§6.2 step 5).
+   so the baselines of the generation batches no longer apply.
 """
 
 from __future__ import annotations
@@ -94,7 +97,8 @@ def select_nonzero_std(
 
     Args:
         batch: every value ``[B, ...]``; must hold ``total_reward`` ``[B]``.
-        std: ``[B]`` per-sample reward std (§1.4, computed on this generation batch).
+        std: ``[B]`` per-sample reward std (``calculate_baseline_and_std_per_prompt`` on this
+            generation batch).
         baseline: ``[B]`` per-sample baseline from the same call.
     Returns:
         A new dict: every key's kept rows ``[N, ...]``, ``std``/``baseline``/``filtered_reward``

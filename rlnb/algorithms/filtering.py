@@ -8,7 +8,9 @@
 Papers: overlong filtering, DAPO https://arxiv.org/abs/2503.14476 (Section 3.4: truncated samples
 are masked out of the loss).
 
-Implementation choices (spec §6.1, §5.10, §3.5):
+See docs/algorithms.md#filters.
+
+Implementation choices:
 1) Every function returns a new tensor (the sample mask as float32 0/1) and never edits its input;
    NeMo-RL writes ``train_data["sample_mask"]`` in place.
 2) Overlong filtering runs *after* the baselines: a truncated row still counts in its group's

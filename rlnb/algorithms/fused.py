@@ -6,7 +6,8 @@ Why: in eager PyTorch a loss like the clipped PG loss is ~60 separate passes ove
 tensor, and autograd's backward as many again; on long batches that, not the arithmetic, is the
 cost. Running ``torch.func.grad_and_value`` of the loss *inside* ``torch.compile`` lets inductor
 fuse forward and backward into a few loops; the ``[B, T]`` gradient is kept and handed back in
-backward, so callers still just call ``loss.backward()``.
+backward, so callers still just call ``loss.backward()``. See
+docs/algorithms.md#clipped-policy-gradient-loss.
 
 Implementation choices:
 1) Works for any ``core(logprobs, *others, **hyper) -> (loss, metric_values)`` whose only

@@ -6,7 +6,9 @@ GAE: https://arxiv.org/abs/1506.02438; PPO: https://arxiv.org/abs/1707.06347; de
 value/policy λ and length-adaptive λ_policy = 1 - 1/(α·L) come from VAPO
 (https://arxiv.org/abs/2504.05118) / VC-PPO (https://arxiv.org/abs/2503.01491).
 
-Implementation choices (spec §0, §4.1-4.2):
+See docs/algorithms.md#ppo-estimators-gae-and-raw-reward.
+
+Implementation choices:
 1) Token rewards are 0 except the sequence reward at the row's *last* valid token (the last
    generated token, even if env tokens follow in multi-turn), optionally minus β·KL at every
    token (``use_kl_in_reward``), then masked.
@@ -23,6 +25,13 @@ Implementation choices (spec §0, §4.1-4.2):
    value of the state *before* token t.
 6) Raw reward: A = r on every token, whitened with mean/var over Σ M floored at 1 and the
    variance floored at 1e-8 (an all-zero mask gives r·1e4, as NeMo-RL); returns None.
+7) Call contract: NeMo-RL's PPO loop calls ``compute_advantage(prompt_ids, rewards, mask,
+   values, reference_logprobs=..., logprobs=...)`` (reference first); both classes take those
+   names in that order. rlnb's older names ``logprobs_policy`` / ``logprobs_reference`` are
+   accepted as keyword aliases. Any other keyword is a ``TypeError`` (NeMo-RL swallows unknown
+   keywords, which is how a caller using the GRPO names silently trained without the KL).
+8) Deliberate differences: NaN/inf rewards raise ``ValueError``; with ``use_kl_in_reward``
+   and β > 0, GAE raises when a log-prob tensor is missing instead of dropping the KL.
 """
 
 from __future__ import annotations
@@ -32,8 +41,16 @@ from typing import Any
 import torch
 from pydantic import Field, field_validator
 
-from rlnb.algorithms.advantages import _KLRewardConfig, kl_in_reward
-from rlnb.algorithms.checks import check_mask, check_tensor, choose
+from rlnb.algorithms.advantages import _KLRewardConfig
+from rlnb.algorithms.checks import (
+    alias,
+    check_finite,
+    check_mask,
+    check_same_rows,
+    check_tensor,
+    choose,
+)
+from rlnb.algorithms.kl import kl_in_reward
 from rlnb.algorithms.masked import masked_mean, masked_var
 from rlnb.config import Config, parse_config
 
@@ -128,6 +145,7 @@ def gae_advantages(
     """
     m = check_mask("mask", mask, shape=tuple(values.shape))
     check_tensor("rewards", rewards, shape=(values.shape[0],), floating=True)
+    check_finite("rewards", rewards)
     check_tensor("values", values, ndim=2, floating=True)
     token_rewards = token_level_rewards(rewards, m, kl_penalty)
     lam_value = gae_lambda if gae_lambda_value is None else gae_lambda_value
@@ -159,6 +177,8 @@ def raw_reward_advantages(
 
     Args: rewards ``[B]``, mask ``[B, S]``. Returns ``[B, S]``.
     """
+    check_tensor("rewards", rewards, ndim=1, floating=True)
+    check_finite("rewards", rewards)
     m = check_mask("mask", mask, shape=(rewards.shape[0], None))
     advantages = rewards.float().unsqueeze(-1).expand_as(m)
     if not normalize_advantages:
@@ -192,40 +212,69 @@ class PPOAdvEstimatorConfig(Config):
 
 
 class _PPOEstimator:
+    """The call contract shared by the PPO estimators (module docstring, choice 7)."""
+
     def __init__(self, estimator_config: Any = None, loss_config: Any = None):
         self.config = parse_config(PPOAdvEstimatorConfig, estimator_config, "ppo.adv_estimator")
         self.loss_config = parse_config(_KLRewardConfig, loss_config, "loss_fn")
 
-    def _kl(self, logprobs_policy, logprobs_reference):
-        lc = self.loss_config
-        use = lc.use_kl_in_reward and lc.reference_policy_kl_penalty > 0
-        if not use or logprobs_policy is None or logprobs_reference is None:
-            return None
-        return kl_in_reward(
-            logprobs_policy,
-            logprobs_reference,
-            reference_policy_kl_penalty=lc.reference_policy_kl_penalty,
-            reference_policy_kl_type=lc.reference_policy_kl_type,
+    def compute_advantage(
+        self,
+        prompt_ids: torch.Tensor | None,
+        rewards: torch.Tensor,
+        mask: torch.Tensor,
+        values: torch.Tensor | None = None,
+        reference_logprobs: torch.Tensor | None = None,
+        logprobs: torch.Tensor | None = None,
+        *,
+        logprobs_policy: torch.Tensor | None = None,
+        logprobs_reference: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(advantages [B, S], returns [B, S] or None)`` from NeMo-RL's PPO-loop call.
+
+        Args:
+            prompt_ids: ``[B, L]`` (unused: PPO has no groups; may be None).
+            rewards: ``[B]`` finite sequence rewards.
+            mask: ``[B, S]`` token_mask·sample_mask.
+            values: ``[B, S]`` right-shifted critic values (GAE; the raw reward ignores them).
+            reference_logprobs: ``[B, S]`` reference log-probs (KL in the reward, GAE only).
+            logprobs: ``[B, S]`` π_old log-probs (KL in the reward, GAE only).
+            logprobs_policy, logprobs_reference: rlnb's older names for ``logprobs`` and
+                ``reference_logprobs``.
+        """
+        check_tensor("rewards", rewards, ndim=1, floating=True)
+        check_finite("rewards", rewards)
+        check_mask("mask", mask, shape=(rewards.shape[0], None))
+        check_same_rows(prompt_ids=prompt_ids, rewards=rewards, mask=mask)
+        logprobs = alias("logprobs", logprobs, "logprobs_policy", logprobs_policy)
+        reference = alias(
+            "reference_logprobs", reference_logprobs, "logprobs_reference", logprobs_reference
         )
+        return self._advantages(rewards, mask, values, logprobs, reference)
+
+    def _advantages(self, rewards, mask, values, logprobs, reference):
+        raise NotImplementedError
 
 
 class GeneralizedAdvantageEstimator(_PPOEstimator):
     """GAE for PPO; ``compute_advantage`` returns ``(advantages [B, S], returns [B, S])``."""
 
-    def compute_advantage(
-        self,
-        prompt_ids,
-        rewards,
-        mask,
-        values=None,
-        logprobs_policy=None,
-        logprobs_reference=None,
-        **kwargs,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``values [B, S]``: right-shifted critic values (required)."""
+    def _advantages(self, rewards, mask, values, logprobs, reference):
         if values is None:
             raise ValueError("GAE needs values [B, S] (the right-shifted critic predictions)")
-        c = self.config
+        c, lc, kl = self.config, self.loss_config, None
+        if lc.use_kl_in_reward and lc.reference_policy_kl_penalty > 0:
+            if logprobs is None or reference is None:
+                raise ValueError(
+                    "use_kl_in_reward=True needs logprobs and reference_logprobs [B, S] "
+                    "(NeMo-RL would silently train without the KL)"
+                )
+            kl = kl_in_reward(
+                logprobs,
+                reference,
+                reference_policy_kl_penalty=lc.reference_policy_kl_penalty,
+                reference_policy_kl_type=lc.reference_policy_kl_type,
+            )
         return gae_advantages(
             rewards,
             values,
@@ -236,14 +285,15 @@ class GeneralizedAdvantageEstimator(_PPOEstimator):
             gae_lambda_value=c.gae_lambda_value,
             gae_lambda_policy=c.gae_lambda_policy,
             length_adaptive_alpha=c.length_adaptive_alpha,
-            kl_penalty=self._kl(logprobs_policy, logprobs_reference),
+            kl_penalty=kl,
         )
 
 
 class RawRewardAdvantageEstimator(_PPOEstimator):
-    """A = r (optionally whitened); returns ``(advantages [B, S], None)``."""
+    """A = r (optionally whitened); returns ``(advantages [B, S], None)``. Values and log-probs
+    are accepted (NeMo-RL's loop passes them) and not used."""
 
-    def compute_advantage(self, prompt_ids, rewards, mask, **kwargs):
+    def _advantages(self, rewards, mask, values, logprobs, reference):
         a = raw_reward_advantages(
             rewards, mask, normalize_advantages=self.config.normalize_advantages
         )

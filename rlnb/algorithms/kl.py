@@ -6,7 +6,9 @@ Schulman's "Approximating KL divergence" (http://joschu.net/blog/kl-approx.html)
 y ~ π, k1 is unbiased but high-variance and can be negative, k3 is unbiased and always ≥ 0,
 k2 is biased with low variance. GRPO (https://arxiv.org/abs/2402.03300) uses k3.
 
-Implementation choices (spec §1.3):
+See docs/algorithms.md#kl-estimators.
+
+Implementation choices:
 1) The log-ratio is clamped to ±input_clamp_value (default 20) *before* the estimator, so one
    token with a wildly off reference cannot produce e^ℓ = inf. Where the clamp bites, the
    log-ratio gets no gradient (clamp's own behaviour) and the importance weight is detached.
@@ -15,6 +17,10 @@ Implementation choices (spec §1.3):
    k1 can be negative and is clamped too: logprobs - reference = -30 gives ℓ = 30 → 20 after
    the input clamp, k1 = -20, and -10 after the output clamp.
 3) ``None`` for either clamp disables it; the diagnostic metrics of the loss use no clamps.
+4) The loss's KL term (``kl_penalty_term``) weights k by exp(log π - sg(log π)) (value 1,
+   gradient ∇log π) unless the on-policy approximation exp(log π - log π_gen) is on, so its
+   gradient always carries the score-function term k·∇log π besides ∂k/∂log π. A NaN/±inf
+   weight becomes 0.
 """
 
 from __future__ import annotations
@@ -78,6 +84,55 @@ def calculate_kl(
     if output_clamp_value is not None:
         kl = kl.clamp(-output_clamp_value, output_clamp_value)
     return kl
+
+
+def kl_penalty_term(
+    logprobs: torch.Tensor,
+    reference_logprobs: torch.Tensor,
+    generation_logprobs: torch.Tensor | None = None,
+    *,
+    beta: float,
+    kl_type: str = "k3",
+    input_clamp_value: float | None = 20.0,
+    output_clamp_value: float | None = 10.0,
+    on_policy_kl_approximation: bool = False,
+) -> torch.Tensor:
+    """The clipped PG loss's per-token KL penalty β·clamp(w·k(clamp(ref - log π))).
+
+    Args:
+        logprobs: ``[B, T]`` log π (unfiltered by top-k/top-p if that applies), with gradient.
+        reference_logprobs: ``[B, T]`` log π_ref.
+        generation_logprobs: ``[B, T]`` log π_gen, read only by the on-policy approximation.
+        beta: β (``reference_policy_kl_penalty``); the other keywords as ``calculate_kl``.
+    Returns:
+        ``[B, T]`` per-token term, not masked or reduced (see ``reduction.reduce_loss``).
+    """
+    if on_policy_kl_approximation:
+        weights = torch.exp(logprobs - generation_logprobs)
+    else:
+        # Value 1 and gradient ∇log π (the score-function term): the same value and the same
+        # gradient as exp(log π - sg(log π)), without an exp per token.
+        weights = 1 + (logprobs - logprobs.detach())
+    weights = torch.nan_to_num(weights, nan=0.0, posinf=0.0, neginf=0.0)
+    kl = calculate_kl(
+        logprobs, reference_logprobs, kl_type, input_clamp_value, output_clamp_value, weights
+    )
+    return beta * kl
+
+
+def kl_in_reward(
+    prev_logprobs: torch.Tensor,
+    reference_logprobs: torch.Tensor,
+    *,
+    reference_policy_kl_penalty: float,
+    reference_policy_kl_type: str = "k3",
+) -> torch.Tensor:
+    """β·KL(π_old ‖ π_ref) per token with the default clamps (20 / 10), for KL-in-reward.
+
+    Args: ``[B, T]`` log-probs of the sampled tokens. Returns ``[B, T]``.
+    """
+    kl = calculate_kl(prev_logprobs, reference_logprobs, reference_policy_kl_type)
+    return reference_policy_kl_penalty * kl
 
 
 KL_ESTIMATORS = {"k1": k1, "k2": k2, "k3": k3}

@@ -2,11 +2,13 @@
 
     masked_mean(x, m) = Σ x·m / (Σ m + 1e-8)        (or / (G + 1e-8) with a global count G)
 
-Implementation choices (spec §1.1-1.2):
+See docs/algorithms.md#masked-helpers-and-reductions.
+
+Implementation choices:
 1) The denominator always carries +1e-8, so an all-zero mask gives exactly 0, never NaN.
 2) Passing ``global_normalization_factor`` replaces Σ m by a count taken over the *whole*
    global batch (all micro-batches, all ranks): summing the micro-batch results then gives
-   exactly the full-batch value (spec §2).
+   exactly the full-batch value.
 3) ``masked_var`` applies Bessel's n/(n-1) without an epsilon: one valid element gives NaN
    (0·∞), no valid element gives 0. Callers that whiten decide how to guard it.
 """
@@ -56,6 +58,6 @@ def masked_var(
     var = masked_mean((x - mean) ** 2, mask)
     if unbiased:
         n = mask.sum()
-        # n = 1 -> 0 * inf = NaN, n = 0 -> 0 * (0 / -1) = 0: both as the spec says (§1.2).
+        # n = 1 -> 0 * inf = NaN, n = 0 -> 0 * (0 / -1) = 0: both as in NeMo-RL.
         var = var * (n / (n - 1))
     return var

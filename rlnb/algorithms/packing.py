@@ -1,26 +1,26 @@
 """Sequence packing: run a batch as one padding-free row, then score each sequence separately.
 
-    L_packed = Σ_i loss_fn(logits[cu_pad[i] : cu_pad[i] + L_i], data[i, :L_i]; N_seq, N_tok)
+    loss = Σ_i loss_fn(logits[cu_pad[i] : cu_pad[i] + n_i], data[i, :n_i]; N_seq, N_tok)
              = loss_fn(unpacked batch)           (every loss is a sum of per-row terms / global N)
 
 No paper: this is the standard "packed sequences + cu_seqlens" layout of FlashAttention's varlen
 kernels (https://arxiv.org/abs/2307.08691), as NeMo-RL's ``SequencePackingLossWrapper`` uses it.
 
 Layout: packed logits ``[1, T_packed, V]`` hold sequence i at positions
-``[cu_seqlens_padded[i], cu_seqlens_padded[i] + L_i)``, ``L_i = cu_seqlens[i+1] - cu_seqlens[i]``,
+``[cu_seqlens_padded[i], cu_seqlens_padded[i] + n_i)``, ``n_i = cu_seqlens[i+1] - cu_seqlens[i]``,
 followed by padding up to ``cu_seqlens_padded[i+1]``. The data dict stays *unpacked*: ``[B, S]``
-right-padded rows, ``[B]`` per-row entries (spec §7).
+right-padded rows, ``[B]`` per-row entries. See docs/algorithms.md#sequence-packing.
 
 Implementation choices:
 1) Every call gets the same global N_seq / N_tok, so the packed loss equals the unpacked one up to
    summation order; only the metric reduction needs care: ``*_min`` keys take the min and
    ``*_max`` keys the max over calls, ignoring ±inf (the "no valid token" sentinels); a key
    whose values are all ±inf keeps the first one. Every other metric is summed.
-2) Data entries with ndim > 1 and a second dim > 1 are cut to the first L_i positions; ``[B]``
+2) Data entries with ndim > 1 and a second dim > 1 are cut to the first n_i positions; ``[B]``
    and ``[B, 1]`` entries are only row-sliced; non-tensor entries are passed through unchanged.
-3) Each call sees exactly L_i logit positions (the padded tail of a slot is never read), so the
-   loss's own ``next_token_logprobs`` lines up with ``input_ids[i, :L_i]``. (Spec §7 slices
-   ``Lpad_i`` positions and relies on the loss to ignore the tail; the numbers are the same.)
+3) Each call sees exactly n_i logit positions (the padded tail of a slot is never read), so the
+   loss's own ``next_token_logprobs`` lines up with ``input_ids[i, :n_i]``. (NeMo-RL slices
+   the whole padded slot and relies on the loss to ignore the tail; the numbers are the same.)
 4) Deliberate extension: a loss with a ``rows_per_call`` attribute (``DPOLossFn``: 2) receives
    that many consecutive rows per call, their logit slices right-padded with zeros to the
    longest one, so chosen/rejected pairs stay together. NeMo-RL always calls per sequence and
@@ -71,7 +71,7 @@ def pack_sequences(
 
     Args:
         input_ids: ``[B, S]`` right-padded token ids.
-        lengths: ``[B]`` real length of each row (0 <= L_i <= S).
+        lengths: ``[B]`` real length of each row (0 <= n_i <= S).
         pad_to_multiple_of: each sequence's slot is rounded up to a multiple of this (some
             kernels need it); the slot tail is filled with ``pad_token_id``.
     Returns:

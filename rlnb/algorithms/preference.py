@@ -5,7 +5,9 @@
 Papers: DPO https://arxiv.org/abs/2305.18290; the Bradley-Terry reward model of InstructGPT
 https://arxiv.org/abs/2203.02155 (same formula with β = 1 on the model's scalar scores).
 
-Layout of the pure functions (spec §0, §9): every per-token tensor is *aligned*, i.e.
+See docs/algorithms.md#preference-losses-dpo-reward-model-sft.
+
+Layout of the pure functions: every per-token tensor is *aligned*, i.e.
 ``logprobs[b, t]``, ``reference_logprobs[b, t]`` and ``token_mask[b, t]`` all describe the same
 token. Pairwise losses take rows interleaved ``chosen, rejected, chosen, rejected, ...``: row 2k is
 the chosen answer of pair k and row 2k+1 its rejected answer. The seed-style classes at the bottom
@@ -14,13 +16,13 @@ the pure functions.
 
 Implementation choices:
 1) SEQUENCE_LEVEL over *pairs*: every pairwise mean divides by the global N_seq/2 (+1e-8), so
-   summing micro-batches (each holding whole pairs) gives the full-batch loss exactly (spec §2).
+   summing micro-batches (each holding whole pairs) gives the full-batch loss exactly.
 2) The implicit reward ρ_b = Σ_t (log π - log π_ref)·tm ignores sample_mask; masking happens only
    in the pair means, with the *chosen* row's sample_mask. A masked rejected row therefore still
    counts in its pair's loss; only ``rewards_rejected_mean`` uses the rejected row's mask.
 3) NeMo-RL quirk reproduced: the chosen row's sample_mask multiplies the per-pair loss and is
    also the weight of the mean, i.e. it is applied twice. For the 0/1 masks that ``check_mask``
-   enforces this is a no-op; it is kept so the code reads like the formula in spec §9.
+   enforces this is a no-op; it is kept so the code reads like NeMo-RL's formula.
 4) ``accuracy`` is strict (ρ_c > ρ_r: a tie counts as wrong); the reward metrics are reported
    without β.
 5) The optional SFT term of DPO uses the chosen rows only and ``tm·sm`` as its token mask
@@ -29,6 +31,9 @@ Implementation choices:
 7) Deliberate addition: ``DPOLossFn.rows_per_call = 2`` tells ``SequencePackingLossWrapper`` to
    hand it whole pairs. NeMo-RL calls the loss one sequence at a time and so cannot pack DPO
    batches (NVIDIA-NeMo/RL issue #719); tests/test_packing.py checks packed == unpacked.
+8) ``NLLLoss(..., dpo_loss=True)`` returns NeMo-RL's per-row SFT term instead of the token mean:
+   ``[B]`` of -Σ_t log π·tm·sm (÷ max(Σ_t tm·sm, 1) with ``dpo_average_log_probs``), the same
+   quantity ``dpo_loss`` uses for its SFT term (``per_row_nll``).
 """
 
 from __future__ import annotations
@@ -85,6 +90,15 @@ def nll_loss(
     }
 
 
+def per_row_nll(logprobs: torch.Tensor, mask: torch.Tensor, *, average: bool) -> torch.Tensor:
+    """-Σ_t logprobs·mask per row, divided by max(Σ_t mask, 1) when ``average``.
+
+    Args: logprobs, mask ``[B, T]``. Returns ``[B]``.
+    """
+    nll = -(logprobs * mask).sum(-1)  # [B]
+    return nll / mask.sum(-1).clamp(min=1) if average else nll
+
+
 def _pairwise(
     rewards: torch.Tensor, sample_mask: torch.Tensor, global_valid_seqs, beta: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -92,7 +106,7 @@ def _pairwise(
     chosen, rejected = rewards[0::2], rewards[1::2]  # [B/2] each
     sm_c, sm_r = sample_mask[0::2], sample_mask[1::2]  # [B/2] each
     n_pairs = global_valid_seqs / 2
-    # sm_c appears twice (spec §9 quirk, choice 3): no-op for 0/1 masks.
+    # sm_c appears twice (NeMo-RL quirk, choice 3): no-op for 0/1 masks.
     per_pair = -F.logsigmoid(beta * (chosen - rejected)) * sm_c  # [B/2]
     loss = masked_mean(per_pair, sm_c, global_normalization_factor=n_pairs)
     with torch.no_grad():
@@ -143,7 +157,7 @@ def dpo_loss(
     preference_average_log_probs: bool = False,
     sft_average_log_probs: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """DPO loss (plus optional SFT on the chosen rows), spec §9.
+    """DPO loss (plus optional SFT on the chosen rows).
 
     Args:
         logprobs: ``[B, T]`` current-policy log-probs (differentiable), rows interleaved
@@ -176,10 +190,7 @@ def dpo_loss(
     # --- SFT term on chosen rows (choice 5)
     sft = torch.zeros((), dtype=pref.dtype, device=pref.device)
     if sft_loss_weight > 0:
-        mask = tm * sm.unsqueeze(-1)  # [B, T]
-        nll = -(logprobs * mask).sum(-1)  # [B]
-        if sft_average_log_probs:
-            nll = nll / mask.sum(-1).clamp(min=1)
+        nll = per_row_nll(logprobs, tm * sm.unsqueeze(-1), average=sft_average_log_probs)  # [B]
         sft = masked_mean(nll[0::2], sm[0::2], global_normalization_factor=global_valid_seqs / 2)
 
     loss = sft_loss_weight * sft + preference_loss_weight * pref
@@ -236,17 +247,36 @@ class NLLLoss:
         data: Mapping[str, Any],
         global_valid_seqs,
         global_valid_toks,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """``next_token_logits``: ``[B, S, V]``; returns ``nll_loss``'s ``(loss, metrics)``."""
+        dpo_loss: bool = False,
+        dpo_average_log_probs: bool = False,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """``next_token_logits``: ``[B, S, V]``.
+
+        Returns ``nll_loss``'s ``(loss, metrics)``; with ``dpo_loss=True`` (NeMo-RL's DPO use,
+        choice 8) the loss is the ``[B]`` per-row NLL instead, averaged over each row's tokens
+        when ``dpo_average_log_probs``, and ``metrics["loss"]`` is that ``[B]`` tensor
+        (detached); ``global_valid_toks`` is then unused.
+        """
         input_ids = _require(data, "input_ids", "NLLLoss")
         token_mask = _require(data, "token_mask", "NLLLoss")
         sample_mask = _require(data, "sample_mask", "NLLLoss")
         logprobs = next_token_logprobs(next_token_logits, input_ids)  # [B, S-1]
         check_tensor("token_mask", token_mask, shape=tuple(input_ids.shape))
-        # token_mask index t is token t; logprobs index t is token t+1 (spec §0).
-        return nll_loss(
-            logprobs, token_mask[:, 1:], sample_mask, global_valid_toks=global_valid_toks
-        )
+        # token_mask index t is token t; logprobs index t is token t+1 (off by one).
+        if not dpo_loss:
+            return nll_loss(
+                logprobs, token_mask[:, 1:], sample_mask, global_valid_toks=global_valid_toks
+            )
+        B, T = logprobs.shape
+        tm = check_mask("token_mask", token_mask[:, 1:], shape=(B, T))
+        sm = check_mask("sample_mask", sample_mask, shape=(B,))
+        mask = tm * sm.unsqueeze(-1)  # [B, S-1]
+        loss = per_row_nll(logprobs, mask, average=dpo_average_log_probs)  # [B]
+        return loss, {
+            "loss": loss.detach(),
+            "num_unmasked_tokens": mask.sum().item(),
+            "num_valid_samples": sm.sum().item(),
+        }
 
 
 class PreferenceLoss:

@@ -3,7 +3,9 @@
     token-level:     L = Σ_{b,t} ℓ·tm·sm / N_tok
     sequence-level:  L = Σ_b sm_b · (Σ_t ℓ·tm / (Σ_t tm + 1e-8)) / N_seq
 
-Implementation choices (spec §2, §5.7):
+See docs/algorithms.md#masked-helpers-and-reductions.
+
+Implementation choices:
 1) The per-token loss and its reduction are separate steps, so "token-level vs sequence-level"
    is a choice of reduction and not a branch inside each loss (as verl's ``agg_loss``).
 2) N_tok / N_seq are the *global* valid counts of the whole global batch (all micro-batches,
@@ -29,7 +31,9 @@ from rlnb.algorithms.masked import masked_mean
 def global_valid_counts(
     token_mask: torch.Tensor, sample_mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """N_seq = Σ sm and N_tok = Σ tm·sm for *aligned* masks (already sliced, see spec §2).
+    """N_seq = Σ sm and N_tok = Σ tm·sm for *aligned* masks (already sliced).
+
+    Both go over the whole global batch (docs/algorithms.md#masked-helpers-and-reductions).
 
     Args:
         token_mask: ``[B, T]`` 0/1.
@@ -76,7 +80,7 @@ def reduce_loss(
 def sum_partial_metrics(per_call: list[dict[str, Any]]) -> dict[str, Any]:
     """Combine the metrics of the calls that make up one global batch (micro-batches, packed
     sequences): each is a partial sum over global counts, so they add up; ``*_min`` / ``*_max``
-    keys take the min / max ignoring ±inf (spec §2)."""
+    keys take the min / max ignoring ±inf."""
     out: dict[str, Any] = {}
     for key in dict.fromkeys(k for m in per_call for k in m):  # union of keys, first-seen order
         vals = [m[key] for m in per_call if key in m]

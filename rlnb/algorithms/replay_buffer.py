@@ -10,7 +10,9 @@ a = ``max_trajectory_age_steps``, P = ``num_prompts_per_step``.)
 Papers: asynchronous off-policy RLHF, https://arxiv.org/abs/2410.18252 (generation runs ahead of
 training on weights at most a steps old; the loss corrects with importance sampling).
 
-Implementation choices (spec §8, names as in NeMo-RL):
+See docs/algorithms.md#replay-buffer-and-trajectory-ages.
+
+Implementation choices (names as in NeMo-RL):
 1) An entry is one prompt group (one prompt × G generations), stored as given (any object,
    typically a ``dict[str, Tensor]`` of ``[G, ...]``) with its two versions. Capacity is
    ``P × a × 2`` entries (slack factor 2); ``add`` on a full buffer returns ``"full"`` and
@@ -46,7 +48,7 @@ from rlnb.config import Config
 
 AddStatus = Literal["success", "full"]
 
-# Replay capacity slack: room for two steps' worth of every in-flight target (spec §8, §10).
+# Replay capacity slack: room for two steps' worth of every in-flight target (NeMo-RL's 2).
 REPLAY_SLACK_FACTOR = 2
 
 

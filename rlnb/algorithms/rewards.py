@@ -1,12 +1,14 @@
 """Reward scaling and DAPO overlong reward shaping, applied to the rewards before advantages.
 
     scaling:  r' = t_min + (clamp(r, s_min, s_max) − s_min) / (s_max − s_min) · (t_max − t_min)
-    shaping:  r' = r + min(−(ℓ − (L_max − L_buf)) / L_buf · penalty, 0)      (DAPO, §3.4)
+    shaping:  r' = r + min(−(ℓ − (L_max − L_buf)) / L_buf · penalty, 0)      (DAPO paper, Sec. 3.4)
               r' = r · κ if truncated else r                        (stop-properly multiplier)
 
 Papers: DAPO, overlong reward shaping https://arxiv.org/abs/2503.14476 (Section 3.4).
 
-Implementation choices (spec §6.3, §6.4):
+See docs/algorithms.md#reward-scaling-and-shaping.
+
+Implementation choices:
 1) Pure functions over ``[B]`` tensors that return new tensors; the inputs are never edited in
    place, so the caller keeps the unshaped rewards (NeMo-RL's ``unshaped_total_reward``) for
    free. The configs below are separate pydantic models that the caller unpacks.
@@ -50,6 +52,12 @@ class RewardScalingConfig(Config):
 
     @model_validator(mode="after")
     def _source_range_not_empty(self) -> RewardScalingConfig:
+        fields = type(self).model_fields
+        moved = [k for k in ("source_min", "source_max", "target_min", "target_max")
+                 if getattr(self, k) != fields[k].default]
+        if not self.enabled and moved:
+            raise ValueError(f"{', '.join(moved)} set but enabled is false (they would be "
+                             "ignored)")
         if not self.source_max > self.source_min:
             raise ValueError(
                 f"source_max ({self.source_max}) must be greater than source_min "
@@ -89,7 +97,16 @@ class RewardShapingConfig(Config):
 
     @model_validator(mode="after")
     def _dapo_parameters_complete(self) -> RewardShapingConfig:
-        # Fail at load time what shape_rewards would only reject at the first step.
+        # Fail at load time what shape_rewards would only reject at the first step, and refuse
+        # what it would silently ignore (rlnb's rule: an accepted option always acts).
+        dapo = ("overlong_buffer_length", "overlong_buffer_penalty", "max_response_length")
+        given = [k for k in (*dapo, "stop_properly_penalty_coef") if getattr(self, k) is not None]
+        if not self.enabled and given:
+            raise ValueError(f"{', '.join(given)} set but enabled is false (they would be "
+                             "ignored)")
+        if self.stop_properly_penalty_coef is not None and set(given) & set(dapo):
+            raise ValueError(f"stop_properly_penalty_coef replaces the DAPO penalty: "
+                             f"{', '.join(k for k in given if k in dapo)} would be ignored")
         if self.enabled and self.stop_properly_penalty_coef is None:
             dapo = ("overlong_buffer_length", "overlong_buffer_penalty", "max_response_length")
             missing = [k for k in dapo if getattr(self, k) is None]

@@ -5,13 +5,14 @@
 Papers: PPO https://arxiv.org/abs/1707.06347 (value clipping as in the OpenAI baselines PPO2
 implementation; analysed in "Implementation Matters in Deep RL", https://arxiv.org/abs/2005.12729).
 
-Layout (spec §0, §4.3): ``values``, ``returns``, ``old_values``, ``token_mask`` are all ``[B, S]``
-with index t = quantity for token t; the critic output was already shifted right by one
-(V_t = value of the state before token t), so nothing here is shifted or sliced.
+See docs/algorithms.md#value-loss. Layout: ``values``, ``returns``, ``old_values``,
+``token_mask`` are all ``[B, S]`` with index t = quantity for token t; the critic output was
+already shifted right by one (V_t = value of the state before token t), so nothing here is
+shifted or sliced.
 
 Implementation choices:
 1) The mask M = token_mask·sample_mask is **not** sliced ``[:, 1:]``, while the global count N_tok
-   that callers pass counts ``token_mask[:, 1:]`` (spec §2). The two agree because index 0 is
+   that callers pass counts ``token_mask[:, 1:]``. The two agree because index 0 is
    always a prompt token; a mask with index 0 set would be counted in the numerator only.
 2) Clipping is on when ``cliprange`` is truthy and > 0 (None or 0 disables it); ``vf_clipfrac``
    counts tokens where the clipped branch is strictly larger (the branch ``max`` picks).
@@ -55,7 +56,7 @@ def clipped_value_loss(
     scale: float = 1.0,
     cliprange: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped (or plain) ½·MSE of the critic, normalised by the global token count (spec §4.3).
+    """Clipped (or plain) ½·MSE of the critic, normalised by the global token count.
 
     Args:
         values: ``[B, S]`` (or ``[B, S, 1]``) current critic predictions, differentiable.

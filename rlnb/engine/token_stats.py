@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from rlnb.algorithms.kl import calculate_kl
+from rlnb.algorithms.logprobs import token_entropy, token_logprobs
 from rlnb.engine.batches import AdvantageBatch, RolloutBatch
 from rlnb.engine.models.policy import position_ids_from_mask
 
@@ -40,10 +41,9 @@ def current_logprobs_and_entropy(policy, batch: RolloutBatch) -> tuple[torch.Ten
         mask = batch.attention_mask[i : i + n].to(policy.device)
         logits = model(
             input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)
-        ).logits[:, :-1].float() / temperature  # [b, S-1, V]
-        logp = torch.log_softmax(logits, dim=-1)
-        picked = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [b, S-1]
-        entropy = -(logp.exp() * logp).sum(-1)  # [b, S-1]
+        ).logits[:, :-1]  # [b, S-1, V]
+        picked = token_logprobs(logits, ids[:, 1:], temperature)  # [b, S-1]
+        entropy = token_entropy(logits, temperature)  # [b, S-1]
         lps.append(torch.nn.functional.pad(picked, (1, 0)).cpu())
         ents.append(torch.nn.functional.pad(entropy, (1, 0)).cpu())
     model.train(was_training)

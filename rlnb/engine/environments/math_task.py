@@ -56,8 +56,9 @@ def load_rows(source: str, config: str | None = None, split: str = "train") -> l
                          ".json/.jsonl/.parquet file")
     import datasets
 
-    # datasets logs a failed parse and draws progress bars on stderr: the error says it all
-    datasets.utils.logging.set_verbosity_error()
+    # datasets logs a failed parse (at error level) and draws progress bars on stderr: the
+    # ValueError below says it all
+    datasets.utils.logging.set_verbosity(datasets.utils.logging.CRITICAL)
     datasets.disable_progress_bars()
     path = _local_file(source)
     if path is not None:

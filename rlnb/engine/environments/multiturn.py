@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rlnb.config import Config
 from rlnb.engine.environments.base import Environment, Rewards, StepResult, check_rewards
@@ -39,6 +39,13 @@ class EnvConfig(Config):
 
     name: str = Field("task", description="task | retry")
     retry_feedback: str = Field(" no. try again: ", description="retry: the observation text")
+
+    @model_validator(mode="after")
+    def _feedback_only_for_retry(self) -> EnvConfig:
+        default = type(self).model_fields["retry_feedback"].default
+        if self.name != "retry" and self.retry_feedback != default:
+            raise ValueError(f"retry_feedback is for env.name=retry, not {self.name!r}")
+        return self
 
     def build(self, task) -> Environment:
         if self.name == "task":

@@ -214,6 +214,13 @@ class TaskConfig(Config):
 
     @model_validator(mode="after")
     def _consistent(self) -> TaskConfig:
+        takes = set(inspect.signature(TASKS[self.name]).parameters)
+        # set to something else than its default (a dumped config sets every key, to defaults)
+        ignored = sorted(k for k in self.model_fields_set if k != "name" and k not in takes
+                         and getattr(self, k) != type(self).model_fields[k].default)
+        if ignored:
+            raise ValueError(f"task {self.name!r} does not read {', '.join(ignored)} "
+                             f"(it takes {', '.join(sorted(takes))})")
         if self.name == "math" and self.dataset_name is None:
             raise ValueError("the math task needs dataset_name (a hub name or a local file)")
         if self.min_len > self.max_len:

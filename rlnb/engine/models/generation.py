@@ -25,9 +25,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rlnb.algorithms.checks import choose
+from rlnb.algorithms.logprobs import token_logprobs
 from rlnb.config import Config
 from rlnb.engine.models.vllm_backend import VLLMConfig, VLLMGenerationBackend  # imports no vllm
 
@@ -42,6 +43,14 @@ class GenerationConfig(Config):
     max_new_tokens: int = Field(8, ge=1, description="Response budget; longer = truncated.")
     stop_strings: list[str] | None = Field(None, description="Also end a response at these.")
     vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="backend=vllm's engine.")
+
+    @model_validator(mode="after")
+    def _known_backend(self) -> GenerationConfig:
+        choose(GENERATION_BACKENDS, self.backend, "generation backend (policy.generation.backend)")
+        if self.backend != "vllm" and self.vllm != VLLMConfig():
+            raise ValueError(f"vllm.* settings are for backend=vllm, not {self.backend!r} (they "
+                             "would be ignored)")
+        return self
 
 
 @dataclass
@@ -188,8 +197,8 @@ class HFGenerationBackend(GenerationBackend):
         )
         self.model.train(was_training)
         response_ids = out.sequences[:, prompt_ids.shape[1] :].cpu()  # [B, R]
-        logits = torch.stack(out.logits, dim=1).float().cpu() / cfg.temperature  # [B, R, V]
-        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, response_ids[..., None])
+        logits = torch.stack(out.logits, dim=1).cpu()  # [B, R, V]
+        logprobs = token_logprobs(logits, response_ids, cfg.temperature)  # [B, R]
         stop_lengths = self._stop_lengths(response_ids) if cfg.stop_strings else None
         mask, truncated = response_mask_and_truncation(
             response_ids, tok.eos_token_id, tok.pad_token_id, stop_lengths
@@ -204,7 +213,7 @@ class HFGenerationBackend(GenerationBackend):
             prompt_mask,
             response_ids,
             mask,
-            logprobs.squeeze(-1) * mask,
+            logprobs * mask,
             truncated,
             texts,
             self.weight_version,

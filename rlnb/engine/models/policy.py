@@ -31,6 +31,7 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
+from rlnb.algorithms.logprobs import token_logprobs
 from rlnb.algorithms.reduction import global_valid_counts, sum_partial_metrics
 from rlnb.config import Config
 from rlnb.engine.distributed import Distributed
@@ -84,6 +85,12 @@ class PolicyConfig(Config):
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> PolicyConfig:
+        if self.model_name == "tiny" and self.tokenizer_name is not None:
+            raise ValueError("tokenizer_name is for a hub or local model; the embedded tiny "
+                             "model has its own character tokenizer")
+        if self.model_name == "tiny" and self.chat_template:
+            raise ValueError("chat_template=true needs a tokenizer with a chat template; the "
+                             "embedded tiny model's character tokenizer has none")
         if self.max_total_sequence_length <= self.generation.max_new_tokens:
             raise ValueError(
                 f"max_total_sequence_length ({self.max_total_sequence_length}) must exceed "
@@ -191,18 +198,13 @@ class Policy:
 
     def forward_logprobs(self, model, input_ids, attention_mask) -> torch.Tensor:
         """``[B, S]`` stored-layout log-probs (index 0 = 0), float32, with gradient if enabled."""
-        logits = (
-            model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids_from_mask(attention_mask),
-            )
-            .logits[:, :-1]
-            .float()
-            / self.config.generation.temperature
-        )  # [B, S-1, V]
-        targets = input_ids[:, 1:, None]
-        picked = logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        logits = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+        ).logits  # [B, S, V]
+        picked = token_logprobs(logits[:, :-1], input_ids[:, 1:],
+                                self.config.generation.temperature)  # [B, S-1]
         return torch.nn.functional.pad(picked, (1, 0))  # [B, S]: index t ↔ token t
 
     def check_tokens(self, input_ids: torch.Tensor, name: str = "input_ids") -> None:
@@ -253,7 +255,9 @@ class Policy:
                 ``loss_fn`` reads (``advantages``, ``prev_logprobs``, ...).
             loss_fn: ``loss_fn.from_logprobs(logprobs [B, S-1], data, N_seq, N_tok)``.
             dry_run: compute loss and metrics without gradients or an optimizer step.
-        Returns: metrics (loss metrics, ``grad_norm``, ``lr``, ``global_valid_seqs/toks``).
+        Returns: metrics (loss metrics, ``grad_norm``, ``lr``, ``global_valid_seqs/toks``). A
+        global batch whose rows are all masked out takes no optimizer step; if none is left the
+        metrics are ``loss`` 0 and zero counts.
         """
         cfg = self.config
         needed = ("input_ids", "attention_mask", "token_mask", "sample_mask")
@@ -278,6 +282,10 @@ class Policy:
                 data["token_mask"][rows, 1:], data["sample_mask"][rows]
             )
             n_seq, n_tok = self.dist.sum(n_seq), self.dist.sum(n_tok)  # over all ranks
+            if float(n_seq) == 0 or float(n_tok) == 0:
+                # every row filtered (overlong, log-prob error): nothing to learn from, and an
+                # optimizer step on zero gradients would still move the weights (momentum)
+                continue
             parts = []
             if not dry_run:
                 self.optimizer.zero_grad(set_to_none=True)
@@ -307,6 +315,9 @@ class Policy:
                 self.optimizer.step()
                 self.scheduler.step()
             per_global.append(merged)
+        if not per_global:  # every row masked out (e.g. all truncated, overlong filtering)
+            return {"loss": 0.0, "global_valid_seqs": 0.0, "global_valid_toks": 0.0,
+                    "lr": self.optimizer.param_groups[0]["lr"]}
         return average_global_batches(per_global)
 
 

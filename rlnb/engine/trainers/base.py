@@ -74,6 +74,18 @@ class Trainer:
         self.config = config
         self.dist = Distributed(accelerator)
         loop = self.loop_config
+        if loop.skip_reference_policy_logprobs_calculation and \
+                config.loss_fn.reference_policy_kl_penalty > 0:
+            raise ValueError(
+                f"{self.loop_section}.skip_reference_policy_logprobs_calculation=true keeps no "
+                f"reference policy, but loss_fn.reference_policy_kl_penalty="
+                f"{config.loss_fn.reference_policy_kl_penalty} needs one (set it to 0)")
+        estimator = getattr(loop.adv_estimator, "name", "")
+        if config.loss_fn.use_kl_in_reward and estimator in ("grpo", "gdpo", "opd"):
+            raise ValueError(
+                f"loss_fn.use_kl_in_reward=true needs an estimator that puts the KL into the "
+                f"reward (reinforce_plus_plus; GAE under PPO), not {self.loop_section}."
+                f"adv_estimator.name={estimator!r}")
         torch.manual_seed(loop.seed + 1000 * self.dist.rank)
         self.loss_fn = ClippedPGLossFn(config.loss_fn)
         self.need_reference = needs_reference(config)

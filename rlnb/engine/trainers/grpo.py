@@ -165,7 +165,7 @@ class GRPOTrainer(Trainer):
                 rewards, seq_logprob_error_threshold=g.seq_logprob_error_threshold)
             metrics.update({f"train/{k}": v for k, v in err.items()})
         mask = batch.token_mask * sample_mask[:, None]  # [B, S]
-        estimator = make_advantage_estimator(est_cfg, self.loss_fn.config)
+        estimator = self._estimator(est_cfg)
         advantages = estimator.compute_advantage(
             batch.prompt_ids, rewards, mask,
             repeated_batch={f"reward/{k}": v for k, v in components.items()},
@@ -178,6 +178,15 @@ class GRPOTrainer(Trainer):
         metrics["timing/train/advantage_calculation"] = elapsed()
         return AdvantageBatch(batch, est_cfg.name, rewards, baseline, std,
                               advantages.contiguous(), sample_mask, metrics)
+
+    def _estimator(self, est_cfg: AdvEstimatorConfig):
+        """The advantage estimator of ``est_cfg``, built once per config (a replay with another
+        estimator, or ``reconfigure``, makes a new one)."""
+        key = (id(est_cfg), id(self.loss_fn.config))
+        if getattr(self, "_estimator_key", None) != key:
+            self._estimator_cache = make_advantage_estimator(est_cfg, self.loss_fn.config)
+            self._estimator_key = key
+        return self._estimator_cache
 
     # ------------------------------------------------------------------ stage 3: update
     def update(self, batch: AdvantageBatch, *, dry_run: bool = False,

@@ -11,10 +11,7 @@ Implementation choices:
    is complete: a replay after an update still uses the log-probs of the policy that generated
    it. ``reuse_generation_logprobs`` takes them from the generator instead when it sampled with
    the policy's own weights (they agree to ~1e-6; a KV-cache vs full-pass rounding).
-3) Dynamic sampling (DAPO) generates, so it lives here: generation batches are filtered by the
-   per-sample std of the shaped rewards until P·G rows survive
-   (docs/algorithms.md#dynamic-sampling); the advantage stage then recomputes baselines on the
-   surviving rows.
+3) Dynamic sampling (DAPO) generates, so it is part of this stage (``dynamic_sampling.py``).
 """
 
 from __future__ import annotations
@@ -24,10 +21,8 @@ from typing import Any
 
 import torch
 
-from rlnb.algorithms.baselines import calculate_baseline_and_std_per_prompt
-from rlnb.algorithms.dynamic_sampling import DynamicSamplingState, dynamic_sampling
 from rlnb.algorithms.rewards import scale_rewards, shape_rewards
-from rlnb.engine.batches import RolloutBatch, concat_rollouts
+from rlnb.engine.batches import RolloutBatch
 from rlnb.engine.environments.base import check_rewards
 from rlnb.engine.environments.multiturn import sample_conversations
 
@@ -121,6 +116,8 @@ def sample_rollout(trainer, rows: list[dict[str, Any]] | None = None) -> Rollout
     loop = trainer.loop_config
     elapsed = timer()
     if loop.use_dynamic_sampling:
+        from rlnb.engine.trainers.dynamic_sampling import dynamic_sampling_rollout
+
         batch = dynamic_sampling_rollout(trainer, rows)
     else:
         batch = generate_and_score(trainer, rows or trainer.next_prompt_rows(),
@@ -130,38 +127,4 @@ def sample_rollout(trainer, rows: list[dict[str, Any]] | None = None) -> Rollout
     moments = trainer.dist.mean_dict({"r": float(r.mean()), "r2": float((r * r).mean())})
     batch.metrics["train/reward"] = moments["r"]
     batch.metrics["train/reward_std"] = max(moments["r2"] - moments["r"] ** 2, 0.0) ** 0.5
-    return batch
-
-
-def dynamic_sampling_rollout(trainer, rows=None) -> RolloutBatch:
-    """Generate until P·G rows have a non-zero std (choice 3)."""
-    loop = trainer.loop_config
-    if trainer.dist.world_size > 1:  # ranks would need different numbers of batches
-        raise ValueError(f"{trainer.loop_section}.use_dynamic_sampling runs in one process only "
-                         "(ranks would draw different numbers of generation batches)")
-    train_size = loop.num_prompts_per_step * loop.num_generations_per_prompt
-    state, parts = DynamicSamplingState(), []
-    n_prompts = int(loop.num_prompts_per_step * loop.batch_multiplier)
-    while True:
-        part = generate_and_score(trainer, rows or trainer.next_prompt_rows(n_prompts),
-                                  loop.num_generations_per_prompt, trainer.step_count)
-        rows = None
-        part.group = part.group + sum(int(p.group.max()) + 1 for p in parts)
-        parts.append(part)
-        shaped, _ = shaped_rewards(loop, part.rewards, part.reward_components, part.truncated,
-                                   part.response_lengths)
-        _, std = calculate_baseline_and_std_per_prompt(
-            part.prompt_ids, shaped, leave_one_out=loop.adv_estimator.use_leave_one_out_baseline)
-        index = torch.arange(len(part)) + sum(len(p) for p in parts[:-1])
-        result = dynamic_sampling(
-            {"row": index.float(), "total_reward": shaped}, std=std,
-            baseline=torch.zeros_like(std), state=state, train_size=train_size,
-            max_gen_batches=loop.dynamic_sampling_max_gen_batches,
-        )
-        state = result.state
-        if result.batch is not None:
-            break
-    keep = result.batch["row"].long()
-    batch = concat_rollouts(parts, keep, trainer.policy.tokenizer.pad_token_id)
-    batch.metrics.update({f"train/{k}": v for k, v in result.metrics.items()})
     return batch
