@@ -21,6 +21,7 @@ Implementation choices:
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -77,17 +78,29 @@ def reduce_loss(
     return sequence_level(per_token, token_mask, sample_mask, global_valid_seqs)
 
 
+def combine_metrics(parts: list[dict[str, Any]], *, default: str = "sum",
+                    mean_keys: Collection[str] = (), empty: Any = None) -> dict[str, Any]:
+    """Combine metric dicts key by key, NeMo-RL's rule: a key whose name contains ``_min`` /
+    ``_max`` takes the min / max ignoring ±inf (``empty``, or the first value, when none is
+    finite); every other key is summed (``default="sum"``) or averaged (``"mean"``, and for
+    ``mean_keys``). The one place micro-batches, global batches and ranks are combined.
+    """
+    out: dict[str, Any] = {}
+    for key in dict.fromkeys(k for m in parts for k in m):  # union of keys, first-seen order
+        vals = [m[key] for m in parts if key in m]
+        if "_min" in key or "_max" in key:
+            finite = [v for v in vals if not math.isinf(float(v))]
+            pick = min if "_min" in key else max
+            out[key] = pick(finite) if finite else (vals[0] if empty is None else empty)
+        elif default == "mean" or key in mean_keys:
+            out[key] = sum(vals) / len(vals)
+        else:
+            out[key] = sum(vals)
+    return out
+
+
 def sum_partial_metrics(per_call: list[dict[str, Any]]) -> dict[str, Any]:
     """Combine the metrics of the calls that make up one global batch (micro-batches, packed
     sequences): each is a partial sum over global counts, so they add up; ``*_min`` / ``*_max``
     keys take the min / max ignoring ±inf."""
-    out: dict[str, Any] = {}
-    for key in dict.fromkeys(k for m in per_call for k in m):  # union of keys, first-seen order
-        vals = [m[key] for m in per_call if key in m]
-        if key.endswith(("_min", "_max")):
-            finite = [v for v in vals if not math.isinf(float(v))]
-            pick = min if key.endswith("_min") else max
-            out[key] = pick(finite) if finite else vals[0]
-        else:
-            out[key] = sum(vals)
-    return out
+    return combine_metrics(per_call)

@@ -15,6 +15,8 @@ import os
 
 import torch
 
+from rlnb.algorithms.reduction import combine_metrics
+
 
 class Distributed:
     """Rank, world size and sum/min/max reductions (identity when single-process)."""
@@ -64,18 +66,8 @@ class Distributed:
         keys = sorted(metrics)
         values = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64)
         gathered = self.accelerator.gather(values.to(self.accelerator.device)[None]).cpu()
-        out = {}
-        for j, k in enumerate(keys):
-            col = gathered[:, j]  # [W]
-            if "_min" in k:
-                out[k] = float(col.min())
-            elif "_max" in k:
-                out[k] = float(col.max())
-            elif default == "mean" or k in mean_keys:
-                out[k] = float(col.mean())
-            else:
-                out[k] = float(col.sum())
-        return out
+        per_rank = [dict(zip(keys, row.tolist())) for row in gathered]  # W dicts
+        return combine_metrics(per_rank, default=default, mean_keys=mean_keys)
 
     def shard(self, items: list) -> list:
         """This rank's contiguous share of ``items`` (length must divide evenly)."""

@@ -32,7 +32,7 @@ import torch
 from pydantic import Field, model_validator
 
 from rlnb.algorithms.logprobs import token_logprobs
-from rlnb.algorithms.reduction import global_valid_counts, sum_partial_metrics
+from rlnb.algorithms.reduction import combine_metrics, global_valid_counts, sum_partial_metrics
 from rlnb.config import Config
 from rlnb.engine.distributed import Distributed
 from rlnb.engine.models.generation import GenerationConfig
@@ -322,13 +322,6 @@ class Policy:
 
 
 def average_global_batches(per_global: list[dict[str, float]]) -> dict[str, float]:
-    """Spec §2: *_min/*_max keep their extreme (ignoring ±inf), everything else is averaged."""
-    out: dict[str, float] = {}
-    for key in per_global[0]:
-        values = [m[key] for m in per_global if key in m]
-        if "_min" in key or "_max" in key:
-            finite = [v for v in values if math.isfinite(v)]
-            out[key] = (min(finite) if "_min" in key else max(finite)) if finite else -1.0
-        else:
-            out[key] = sum(values) / len(values)
-    return out
+    """NeMo-RL's driver: ``*_min`` / ``*_max`` keep their extreme (ignoring ±inf; -1.0 if none
+    is finite), everything else is averaged over the global batches."""
+    return combine_metrics(per_global, default="mean", empty=-1.0)
