@@ -140,8 +140,22 @@ def test_readme_python_examples_run(tmp_path, monkeypatch):
     text = (ROOT / "README.md").read_text()
     examples = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(examples) == 2
+    spaces = []
     for example in examples:
-        exec(compile(example, "README.md", "exec"), {})
+        spaces.append({})
+        exec(compile(example, "README.md", "exec"), spaces[-1])
+    stages, algorithms = spaces
+    # the first: one GRPO step by hand, then five more through train()
+    assert stages["trainer"].step_count == 6
+    assert stages["rpp"].estimator == "reinforce_plus_plus" and stages["grpo"].estimator == "grpo"
+    # the second prints what its comments say, derived by hand: leave-one-out baselines of the
+    # group [1, 0, 0] are [0, .5, .5] with stds [0, .7071, .7071] (the first member's others are
+    # equal: its raw difference stays), and the all-correct group gets 0; the ratio is e^0.1
+    assert algorithms["advantages"].tolist() == pytest.approx(
+        [1.0, -0.5 / (0.5**0.5 + 1e-6), -0.5 / (0.5**0.5 + 1e-6), 0, 0, 0], abs=1e-6)
+    metrics = algorithms["metrics"]
+    assert metrics["probs_ratio"] == pytest.approx(2.718281828**0.1, rel=1e-5)
+    assert metrics["probs_ratio_clamped"] == pytest.approx(metrics["probs_ratio"])  # < 1.28
 
 
 def test_cli_demo_runs_and_shows_every_estimator():
