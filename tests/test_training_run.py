@@ -123,3 +123,39 @@ def test_resume_matrix_on_the_default_config(tmp_path, val_period, save_period, 
     for p, q in zip(full.trainer.policy.model.parameters(),
                     resumed.trainer.policy.model.parameters()):
         assert torch.equal(p, q)
+
+
+def test_warm_start_cache_flag_and_cluster_size_are_honoured(tmp_path):
+    quiet = {"progress": False, "log": lambda *a: None}
+    TrainingRun(None, overrides=[*SMALL, "sft.cache=false"], run_dir=tmp_path / "a", **quiet)
+    assert not (tmp_path / "cache" / "warm_start").exists()  # sft.cache=false: nothing cached
+    run = TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "b", **quiet)
+    assert len(list((tmp_path / "cache" / "warm_start").iterdir())) == 1
+    assert "warm start ran 20 SFT steps" in repr(run)
+    again = TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "c", **quiet)
+    assert "warm start loaded from cache" in repr(again)
+    with pytest.raises(ValueError, match="cluster.num_processes=2, but 1"):
+        TrainingRun(None, overrides=[*SMALL, "cluster.num_processes=2"], run_dir=tmp_path / "d",
+                    **quiet)
+
+
+def test_verify_reports_bit_exact_then_the_first_difference(tmp_path, capsys):
+    from rlnb.cli import main
+    from rlnb.run.verify import verify_run
+
+    quiet = {"progress": False, "log": lambda *a: None}
+    TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "run", **quiet).train()
+    report = verify_run(tmp_path / "run", log=lambda *a: None)  # from checkpoint 2: steps 3, 4
+    assert report.exact and report.steps == [3, 4] and report.weights_checked, report
+    assert [r["metrics"] for r in report.rows] == ["same", "same"]
+    assert main(["verify", str(tmp_path / "run")]) == 0
+    assert "bit-exact" in capsys.readouterr().out
+    # made to differ: one logged number of step 4, off by 1e-7
+    path = tmp_path / "run" / "metrics.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    rows[-1]["train/loss"] += 1e-7
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = verify_run(tmp_path / "run", log=lambda *a: None)
+    assert not report.exact and report.first_difference.startswith("step 4, train/loss")
+    assert main(["verify", str(tmp_path / "run")]) == 1
+    assert "DIFFERS: step 4, train/loss" in capsys.readouterr().out

@@ -1,4 +1,5 @@
-"""The live training dashboard: reward, KL, entropy, clipping, length and stage timings.
+"""The live training dashboard: reward, KL, entropy, clipping, length and stage timings (PPO:
+value loss and explained variance instead of entropy and length).
 
     dash = Dashboard(run)   # a TrainingRun (steps logged to its run dir) or a bare trainer
     dash.display()          # live plots + Stop button + metric cards (info toggle)
@@ -28,6 +29,8 @@ Implementation choices:
    of it.
 5) The static twin (``static_html``) is a plotly figure plus a table of the last values; it is
    refreshed in the saved output when a run ends.
+6) The panels follow the trainer's loop (``LOOP_PANELS`` by ``trainer.loop_section``): PPO shows
+   its critic's value loss and explained variance.
 """
 
 from __future__ import annotations
@@ -71,12 +74,38 @@ DEFAULT_PANELS = (
     )),
 )
 
+# PPO: the critic's value loss and explained variance take the entropy and length panels' place
+PPO_PANELS = (
+    DEFAULT_PANELS[0], DEFAULT_PANELS[1],
+    Panel("value loss (critic)", ("critic/loss",)),
+    Panel("explained variance (critic)", ("critic/explained_var",)),
+    DEFAULT_PANELS[3],
+    Panel("stage timings (s)", (
+        "timing/train/generation", "timing/train/value_inference",
+        "timing/train/advantage_calculation", "timing/train/value_training",
+        "timing/train/policy_training",
+    )),
+)
+# a trainer's loop (``loop_section``) -> its panels
+LOOP_PANELS = {"grpo": DEFAULT_PANELS, "ppo": PPO_PANELS}
+
 _TIMING_NAMES = {
     "timing/train/generation": "generation",
     "timing/train/policy_and_reference_logprobs": "logprobs",
+    "timing/train/value_inference": "values",
     "timing/train/advantage_calculation": "advantages",
+    "timing/train/value_training": "critic update",
     "timing/train/policy_training": "update",
 }
+
+
+def panels_for(trainer=None, history: Iterable[dict[str, Any]] = ()) -> tuple[Panel, ...]:
+    """The panels of a trainer's loop (``LOOP_PANELS``); without a trainer, PPO's when the
+    history holds critic metrics, else the default."""
+    if trainer is not None:
+        return LOOP_PANELS.get(getattr(trainer, "loop_section", "grpo"), DEFAULT_PANELS)
+    ppo = any(k.startswith("critic/") for record in history for k in record)
+    return PPO_PANELS if ppo else DEFAULT_PANELS
 
 
 def training_loop(source):
@@ -145,14 +174,17 @@ class Dashboard(LiveAndStatic):
         """The dashboard training ``trainer`` in the background right now, if any."""
         return next((d for d in list(cls._instances) if d.trainer is trainer and d.running), None)
 
-    def __init__(self, source=None, *, panels: tuple[Panel, ...] = DEFAULT_PANELS,
+    def __init__(self, source=None, *, panels: tuple[Panel, ...] | None = None,
                  history: Iterable[dict[str, Any]] = (), redraw_interval: float = 0.5):
-        """``source``: a ``TrainingRun`` or a trainer to train from (None: plots only)."""
+        """``source``: a ``TrainingRun`` or a trainer to train from (None: plots only);
+        ``panels``: default, those of the trainer's loop (``panels_for``)."""
         import ipywidgets as w
 
         self.trainer, self._steps, self.log = (
             training_loop(source) if source is not None else (None, None, None))
-        self.panels = panels
+        history = list(history)
+        self.panels = panels if panels is not None else panels_for(self.trainer, history)
+        panels = self.panels
         self.redraw_interval = redraw_interval
         self._last_redraw = -math.inf
         self._between_steps: list = []  # callables queued for the training thread

@@ -1,13 +1,15 @@
-"""The stage stepper: buttons that run one GRPO stage at a time and show each result.
+"""The stage stepper: buttons that run one stage of the loop at a time and show each result.
 
     stepper = StageStepper(run, dashboard=dash)   # a TrainingRun (or a bare trainer)
     stepper.display()      # Rollout | Advantages | Update | Step | Run N | Stop
+                           # PPO: Rollout | Values | Advantages | Update | ...
 
-Rollout -> Advantages -> Update is one step taken by hand (the stepper then logs it like a
-step of the run and feeds the dashboard); Step runs the three at once; Run N trains N steps
-through the dashboard (in the background, so Stop works). The next stage's button is
-highlighted. The last results stay on the object (``stepper.rollout``, ``.advantages``,
-``.result``) for the cells below.
+Rollout -> Advantages -> Update (PPO: Rollout -> Values -> Advantages -> Update, where Update is
+``ppo_epochs`` passes of the critic, then the policy) is one step taken by hand (the stepper
+then logs it like a step of the run and feeds the dashboard); Step runs them all at once; Run N
+trains N steps through the dashboard (in the background, so Stop works). The next stage's
+button is highlighted. The last results stay on the object (``stepper.rollout``, ``.values``,
+``.advantages``, ``.result``) for the cells below.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import time
 from rlnb.widgets.static import LiveAndStatic
 
 STAGES = ("Rollout", "Advantages", "Update")
+# a trainer's loop (``loop_section``) -> its stages, in order
+LOOP_STAGES = {"grpo": STAGES, "ppo": ("Rollout", "Values", "Advantages", "Update")}
 
 
 class StageStepper(LiveAndStatic):
@@ -28,21 +32,24 @@ class StageStepper(LiveAndStatic):
 
         self.trainer, self._steps, self._log = training_loop(source)
         self.dashboard = dashboard if dashboard is not None else Dashboard(source)
-        self.rollout = self.advantages = self.result = None
+        self.stages = LOOP_STAGES.get(getattr(self.trainer, "loop_section", "grpo"), STAGES)
+        self.rollout = self.values = self.advantages = self.result = None
         self._trained = False  # the current batch has been through Update: roll out again
         self._started: float | None = None
         self.next_stage = "Rollout"
-        self.buttons = {
-            name: w.Button(description=name, tooltip=tip)
-            for name, tip in (
-                ("Rollout", "stage 1: sample P prompts x G responses and score them"),
-                ("Advantages", "stage 2: rewards -> per-token advantages (no side effects)"),
-                ("Update", "stage 3: loss and one optimizer step"),
-                ("Step", "all three stages"),
-                ("Run N", "train N steps (plots update live; Stop ends it)"),
-                ("Stop", "end Run N after the current step"),
-            )
+        ppo = "Values" in self.stages
+        tips = {
+            "Rollout": "stage 1: sample P prompts x G responses and score them",
+            "Values": "stage 2: the critic's value of every token (no side effects)",
+            "Advantages": f"stage {2 + ppo}: rewards -> per-token advantages (no side effects)",
+            "Update": (f"stage 4: {self.trainer.config.ppo.ppo_epochs} passes of the critic, "
+                       "then the policy" if ppo else "stage 3: loss and one optimizer step"),
+            "Step": "all the stages",
+            "Run N": "train N steps (plots update live; Stop ends it)",
+            "Stop": "end Run N after the current step",
         }
+        self.buttons = {name: w.Button(description=name, tooltip=tips[name])
+                        for name in (*self.stages, "Step", "Run N", "Stop")}
         self.run_steps = w.BoundedIntText(value=run_steps, min=1, max=100_000, description="N",
                                           layout=w.Layout(width="130px"))
         for name, button in self.buttons.items():
@@ -50,7 +57,7 @@ class StageStepper(LiveAndStatic):
         self.label = w.HTML()
         self.view = w.HTML()
         self.widget = w.VBox([
-            w.HBox([*(self.buttons[s] for s in (*STAGES, "Step")), self.run_steps,
+            w.HBox([*(self.buttons[s] for s in (*self.stages, "Step")), self.run_steps,
                     self.buttons["Run N"], self.buttons["Stop"]]),
             self.label, self.view,
         ])
@@ -61,9 +68,9 @@ class StageStepper(LiveAndStatic):
     def press(self, name: str) -> None:
         """What a click on button ``name`` does (tests and scripts can call it directly)."""
         try:
-            {"Rollout": self.do_rollout, "Advantages": self.do_advantages,
-             "Update": self.do_update, "Step": self.do_step, "Run N": self.do_run,
-             "Stop": self.dashboard.stop}[name]()
+            {"Rollout": self.do_rollout, "Values": self.do_values,
+             "Advantages": self.do_advantages, "Update": self.do_update, "Step": self.do_step,
+             "Run N": self.do_run, "Stop": self.dashboard.stop}[name]()
         except Exception as err:  # shown in the widget; the notebook keeps running
             self._show(f"<pre style='color:#b00'>{html.escape(type(err).__name__)}: "
                        f"{html.escape(str(err))}</pre>")
@@ -73,19 +80,43 @@ class StageStepper(LiveAndStatic):
         self._check_idle()
         self._started = time.perf_counter()
         self.rollout = self.trainer.rollout()
-        self.advantages = self.result = None
+        self.values = self.advantages = self.result = None
         self._trained = False
-        self.next_stage = "Advantages"
+        self.next_stage = self.stages[1]
         frame = self.rollout.to_frame()
         self._show(_pre(self.rollout.summary()) + frame.head(32).to_html(max_rows=32))
         return self.rollout
+
+    def do_values(self):
+        """PPO's stage 2: the critic's values of the rollout (``trainer.compute_values``)."""
+        self._check_idle()
+        if self.rollout is None:
+            raise ValueError("run Rollout first: there is no batch to compute values on")
+        self._check_untrained()
+        self.values = self.trainer.compute_values(self.rollout)  # [B, S]
+        self.next_stage = "Advantages"
+        tm = self.rollout.token_mask
+        first = tm.argmax(dim=1, keepdim=True)  # [B, 1]: each response's first token
+        frame = self.rollout.to_frame()
+        frame.insert(0, "value of the prompt", self.values.gather(1, first).squeeze(1).tolist())
+        frame.insert(1, "mean value", ((self.values * tm).sum(1) / tm.sum(1).clamp(min=1)).tolist())
+        text = (f"values [B, S] = {tuple(self.values.shape)}: V_t = the critic's value before "
+                f"token t (V_0 = 0); mean over response tokens "
+                f"{float((self.values * tm).sum() / tm.sum().clamp(min=1)):+.3f}")
+        self._show(_pre(text) + frame.head(32).to_html(max_rows=32))
+        return self.values
 
     def do_advantages(self):
         self._check_idle()
         if self.rollout is None:
             raise ValueError("run Rollout first: there is no batch to compute advantages on")
         self._check_untrained()
-        self.advantages = self.trainer.compute_advantages(self.rollout)
+        if "Values" in self.stages:
+            if self.values is None:
+                raise ValueError("run Values first: PPO's advantages need the critic's values")
+            self.advantages = self.trainer.compute_advantages(self.rollout, self.values)
+        else:
+            self.advantages = self.trainer.compute_advantages(self.rollout)
         self.next_stage = "Update"
         frame = self.advantages.to_frame()
         self._show(_pre(self.advantages.summary()) + frame.head(32).to_html(max_rows=32))
@@ -113,6 +144,7 @@ class StageStepper(LiveAndStatic):
             if metrics.trained:  # (a first record may be validation only)
                 self.rollout, self.advantages, self.result = (
                     metrics.rollout, metrics.advantages, metrics.result)
+                self.values = getattr(metrics.advantages, "values", None)
         self._trained = True
         self.next_stage = "Rollout"
         self._show(_pre(f"step {self.trainer.step_count}\n{self.result.summary()}"))

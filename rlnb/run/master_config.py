@@ -53,7 +53,9 @@ from rlnb.run.loggers import LoggerConfig
 class ClusterConfig(Config):
     """``cluster``: processes (the launcher decides; recorded for the run directory)."""
 
-    num_processes: int = Field(1, ge=1, description="Ranks (accelerate launch --num_processes).")
+    num_processes: int | None = Field(
+        None, ge=1, description="Ranks the run expects (accelerate launch --num_processes); None: "
+        "whatever the launcher started. A different number of ranks is refused at start.")
 
 
 def _loop_section(**kwargs):

@@ -78,6 +78,10 @@ class TrainingRun:
         self.config = load_config(config, overrides, preset=preset)
         self.progress, self.log_line = progress, log
         self.dist = Distributed(accelerator)
+        expected = self.config.cluster.num_processes
+        if expected is not None and expected != self.dist.world_size:
+            raise ValueError(f"cluster.num_processes={expected}, but {self.dist.world_size} "
+                             "process(es) were launched")
         self.run_dir = None
         created = first_missing(path.absolute())
         if self.dist.is_main:

@@ -30,13 +30,18 @@ from pydantic import Field, model_validator
 
 from rlnb.algorithms.advantages import AdvEstimatorConfig, make_advantage_estimator
 from rlnb.algorithms.baselines import calculate_baseline_and_std_per_prompt
-from rlnb.algorithms.filtering import clip_advantages, overlong_filter, seq_logprob_error_mask
+from rlnb.algorithms.filtering import clip_advantages
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
 from rlnb.algorithms.rewards import RewardScalingConfig, RewardShapingConfig
 from rlnb.config import Config
 from rlnb.engine.batches import AdvantageBatch, RolloutBatch, StepMetrics, UpdateResult
 from rlnb.engine.trainers.base import Trainer
-from rlnb.engine.trainers.rollout import sample_rollout, shaped_rewards, timer
+from rlnb.engine.trainers.rollout import (
+    filtered_sample_mask,
+    sample_rollout,
+    shaped_rewards,
+    timer,
+)
 
 FOLDED_KEYS = ("normalize_rewards", "use_leave_one_out_baseline")
 # a dotted override of the top-level name sets the one place the setting lives (choice 4)
@@ -156,14 +161,7 @@ class GRPOTrainer(Trainer):
                                              batch.truncated, batch.response_lengths)
         baseline, std = calculate_baseline_and_std_per_prompt(
             batch.prompt_ids, rewards, leave_one_out=est_cfg.use_leave_one_out_baseline)
-        sample_mask, metrics = batch.sample_mask.clone(), {}
-        if g.overlong_filtering:
-            sample_mask = overlong_filter(sample_mask, batch.truncated)
-        if g.seq_logprob_error_threshold is not None:
-            sample_mask, err = seq_logprob_error_mask(
-                batch.prev_logprobs, batch.generation_logprobs, batch.token_mask, sample_mask,
-                rewards, seq_logprob_error_threshold=g.seq_logprob_error_threshold)
-            metrics.update({f"train/{k}": v for k, v in err.items()})
+        sample_mask, metrics = filtered_sample_mask(g, batch, rewards)
         mask = batch.token_mask * sample_mask[:, None]  # [B, S]
         estimator = self._estimator(est_cfg)
         advantages = estimator.compute_advantage(

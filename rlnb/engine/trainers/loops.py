@@ -1,4 +1,5 @@
-"""The training loops by name: ``algorithm: grpo`` in a config picks ``GRPOTrainer``.
+"""The training loops by name: ``algorithm: grpo`` in a config picks ``GRPOTrainer``,
+``algorithm: ppo`` picks ``PPOTrainer``.
 
     trainer = make_trainer(rlnb.load_config("configs/tiny.yaml"))
 """
@@ -14,6 +15,12 @@ def _grpo():
     return GRPOTrainer
 
 
+def _ppo():
+    from rlnb.engine.trainers.ppo import PPOTrainer
+
+    return PPOTrainer
+
+
 def make_trainer(config, **kwargs):
     """The trainer of the loop ``config`` names (``config.algorithm``, default ``grpo``)."""
     name = getattr(config, "algorithm", "grpo")
@@ -21,4 +28,6 @@ def make_trainer(config, **kwargs):
 
 
 # name -> a function returning the trainer class (imported on use: each loop loads its own parts)
-TRAINERS = {"grpo": _grpo}
+TRAINERS = {"grpo": _grpo, "ppo": _ppo}
+# name -> the config sections that belong to that loop alone (the others' must be absent)
+LOOP_SECTIONS = {"grpo": ("grpo",), "ppo": ("ppo", "value", "value_loss_fn")}

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from rlnb.algorithms.filtering import overlong_filter, seq_logprob_error_mask
 from rlnb.algorithms.rewards import scale_rewards, shape_rewards
 from rlnb.engine.batches import RolloutBatch
 from rlnb.engine.environments.base import check_rewards
@@ -128,3 +129,18 @@ def sample_rollout(trainer, rows: list[dict[str, Any]] | None = None) -> Rollout
     batch.metrics["train/reward"] = moments["r"]
     batch.metrics["train/reward_std"] = max(moments["r2"] - moments["r"] ** 2, 0.0) ** 0.5
     return batch
+
+
+def filtered_sample_mask(loop, batch: RolloutBatch, rewards: torch.Tensor
+                         ) -> tuple[torch.Tensor, dict[str, float]]:
+    """``[B]`` sample mask after overlong filtering and log-prob-error masking (the loop's
+    settings), with the masking metrics."""
+    sample_mask, metrics = batch.sample_mask.clone(), {}
+    if loop.overlong_filtering:
+        sample_mask = overlong_filter(sample_mask, batch.truncated)
+    if loop.seq_logprob_error_threshold is not None:
+        sample_mask, err = seq_logprob_error_mask(
+            batch.prev_logprobs, batch.generation_logprobs, batch.token_mask, sample_mask,
+            rewards, seq_logprob_error_threshold=loop.seq_logprob_error_threshold)
+        metrics.update({f"train/{k}": v for k, v in err.items()})
+    return sample_mask, metrics
