@@ -30,6 +30,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "GRPOTrainer": "rlnb.engine.trainers.grpo",
     "GRPOConfig": "rlnb.engine.trainers.grpo",
+    "PPOTrainer": "rlnb.engine.trainers.ppo",
+    "PPOConfig": "rlnb.engine.trainers.ppo",
     "Policy": "rlnb.engine.models.policy",
     "RolloutBatch": "rlnb.engine.batches",
     "AdvantageBatch": "rlnb.engine.batches",

@@ -211,12 +211,13 @@ PREFIX_COMPANIONS = {  # a section that only exists (or only acts) with another 
 
 
 def scripted_rewards(task):
-    """Give the untrained tiny model a learning signal: a seeded 0/1 reward per response."""
+    """Give the untrained tiny model a learning signal: a fixed 0/1 reward per row."""
     score = task.score
 
     def rewarded(prompts, responses, rows):
         r = score(prompts, responses, rows)
-        bits = torch.tensor([hash((p, s)) % 3 == 0 for p, s in zip(prompts, responses)])
+        # every group of G = 4 rows gets one or two rewarded rows: a signal in every group
+        bits = torch.arange(len(prompts)) % 3 == 0
         r.total = bits.float()
         r.components = {"correct": bits.float(), "format": (~bits).float()}
         r.correct = bits

@@ -277,6 +277,13 @@ def test_config_errors_name_the_key():
             {"enabled": True, "overlong_buffer_length": 4, "overlong_buffer_penalty": 1.0},
             "reward_shaping",
         )
-    # κ alone is a complete enabled config; disabled configs need nothing.
+    # κ alone is a complete enabled config; a disabled config takes no parameter (it would be
+    # ignored), and κ beside the DAPO parameters would ignore them
     parse_config(RewardShapingConfig, {"enabled": True, "stop_properly_penalty_coef": 0.0})
-    parse_config(RewardShapingConfig, {"enabled": False, "overlong_buffer_length": 4})
+    with pytest.raises(ValueError, match="overlong_buffer_length set but enabled is false"):
+        parse_config(RewardShapingConfig, {"enabled": False, "overlong_buffer_length": 4})
+    with pytest.raises(ValueError, match="overlong_buffer_length would be ignored"):
+        parse_config(RewardShapingConfig, {"enabled": True, "stop_properly_penalty_coef": 0.5,
+                                           "overlong_buffer_length": 4})
+    with pytest.raises(ValueError, match="target_max set but enabled is false"):
+        parse_config(RewardScalingConfig, {"target_max": 2.0})
