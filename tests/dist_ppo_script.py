@@ -23,7 +23,7 @@ from rlnb.engine.trainers.ppo import PPOTrainer
 from rlnb.run.master_config import load_config
 
 OVERRIDES = [
-    "ppo.val_period=0", "ppo.ppo_epochs=2", "sft.enabled=false",
+    "ppo.val_period=0", "ppo.ppo_epochs=2", "sft.enabled=false", "ppo.policy_training_start_step=0",
     "policy.train_global_batch_size=16", "value.train_global_batch_size=16",
     "policy.train_micro_batch_size=4", "value.train_micro_batch_size=4",
 ]  # fmt: skip

@@ -18,7 +18,9 @@ from rlnb.run.master_config import load_config
 from rlnb.run.session import TrainingRun
 
 PPO = "configs/ppo_tiny.yaml"
-SMALL = ["sft.enabled=false", "ppo.val_period=0", "data.num_val=16"]  # with preset="fast"
+# with preset="fast"; no critic warm-up unless a test asks for one
+SMALL = ["sft.enabled=false", "ppo.val_period=0", "data.num_val=16",
+         "ppo.policy_training_start_step=0"]
 
 
 @pytest.fixture(autouse=True)

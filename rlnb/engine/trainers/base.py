@@ -167,6 +167,19 @@ class Trainer:
     def step(self) -> StepMetrics:  # pragma: no cover - every loop defines it
         raise NotImplementedError
 
+    def record_step(self, rollout, advantages, result, seconds: float | None = None
+                    ) -> StepMetrics:
+        """The ``StepMetrics`` of a step from its three stage results; also for a step a
+        notebook took stage by stage (log it with ``TrainingRun.log``)."""
+        if result.dry_run:
+            raise ValueError("record_step: a dry-run UpdateResult is not a step (no weights moved)")
+        metrics = StepMetrics({"step": result.step, **rollout.metrics, **advantages.metrics,
+                               **result.metrics}, rollout=rollout, advantages=advantages,
+                              result=result)
+        if seconds is not None:
+            metrics["timing/train/total_step_time"] = seconds
+        return metrics
+
     def train(self, num_steps: int | None = None, *, progress: bool = False
               ) -> Iterator[StepMetrics]:
         """Yield one ``StepMetrics`` per step, validation folded in at ``val_period`` (and a

@@ -219,19 +219,6 @@ class GRPOTrainer(Trainer):
         result = self.update(advantages)
         return self.record_step(rollout, advantages, result, elapsed())
 
-    def record_step(self, rollout: RolloutBatch, advantages: AdvantageBatch,
-                    result: UpdateResult, seconds: float | None = None) -> StepMetrics:
-        """The ``StepMetrics`` of a step, also of one a notebook took stage by stage (log it
-        with ``TrainingRun.log``)."""
-        if result.dry_run:
-            raise ValueError("record_step: a dry-run UpdateResult is not a step (no weights moved)")
-        metrics = StepMetrics({"step": result.step, **rollout.metrics, **advantages.metrics,
-                               **result.metrics}, rollout=rollout, advantages=advantages,
-                              result=result)
-        if seconds is not None:
-            metrics["timing/train/total_step_time"] = seconds
-        return metrics
-
 
 def advantage_metrics(advantages, token_mask, baseline, sample_mask) -> dict[str, float]:
     """``train/advantages/{mean,max,min}`` over generated tokens, ``baseline_reward/pct_*`` and

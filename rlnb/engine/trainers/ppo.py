@@ -321,17 +321,6 @@ class PPOTrainer(Trainer):
         advantages = self.compute_advantages(rollout, values)
         return self.record_step(rollout, advantages, self.update(advantages), elapsed())
 
-    def record_step(self, rollout: RolloutBatch, advantages: PPOAdvantageBatch,
-                    result: UpdateResult, seconds: float | None = None) -> StepMetrics:
-        """The ``StepMetrics`` of a step, also of one a notebook took stage by stage."""
-        if result.dry_run:
-            raise ValueError("record_step: a dry-run UpdateResult is not a step (no weights moved)")
-        metrics = StepMetrics({"step": result.step, **rollout.metrics, **advantages.metrics,
-                               **result.metrics}, rollout=rollout, advantages=advantages,
-                              result=result)
-        if seconds is not None:
-            metrics["timing/train/total_step_time"] = seconds
-        return metrics
 
 
 def masked_stats(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
