@@ -113,11 +113,13 @@ def test_advantages_are_finite_and_bounded_by_the_formula(rewards, loo, normaliz
 
 
 @settings(max_examples=100, deadline=None)
-@given(rewards=group, shift=st.sampled_from([1.0, 2.0, -4.0]), loo=st.booleans())
+@given(rewards=st.lists(st.sampled_from([0.0, 1.0]), min_size=1, max_size=8),
+       shift=st.sampled_from([1.0, 2.0, -4.0]), loo=st.booleans())
 def test_advantages_are_shift_invariant_for_binary_rewards(rewards, shift, loo):
     """Adding a constant to every reward leaves GRPO advantages unchanged; with 0/1 rewards and
-    an integer shift all sums stay exact integers, so they agree to float rounding of the divisions."""
-    assume(set(rewards) <= {0.0, 1.0})
+    an integer shift all sums stay exact integers, so they agree to float rounding of the divisions.
+    (0/1 rewards are drawn directly: filtering a general group down to them tripped Hypothesis's
+    health check.)"""
     r = torch.tensor(rewards, dtype=torch.float32)
     p = torch.zeros(len(rewards), 1)
     torch.testing.assert_close(grpo_advantages(p, r + shift, leave_one_out=loo),
