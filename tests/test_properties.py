@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from rlnb.algorithms.advantages import grpo_advantages
@@ -29,7 +29,8 @@ def every_partial_sum_exact(x: float, m: int) -> bool:
     return all(float(f32(j * x)) == j * x for j in range(1, m + 1))
 
 
-@settings(max_examples=300, deadline=None)
+# the property only holds for exact sums, so inexact draws are filtered out by design
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(own=reward, other=reward, m=st.integers(1, 7), position=st.integers(0, 7), loo=st.booleans())
 def test_std_is_zero_when_the_compared_rewards_are_equal_and_their_sums_exact(own, other, m, position, loo):
     """Property: a member whose comparison set (its m others with loo; the whole group without,
