@@ -32,7 +32,8 @@ BASE = ["policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
         "policy.generation.max_new_tokens=4"]
 # the same under PPO (its loop section is `ppo`; it keeps no reference model by default, so β = 0)
 PPO_BASE = ["policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
-            "ppo.val_period=2", "policy.generation.max_new_tokens=4"]
+            "ppo.val_period=2", "policy.generation.max_new_tokens=4",
+            "ppo.policy_training_start_step=0"]  # no critic warm-up: the actor trains at once
 CHOICES = {
     "grpo.adv_estimator.name": list(ADVANTAGE_ESTIMATORS),
     "loss_fn.reference_policy_kl_type": list(KL_ESTIMATORS),
