@@ -305,6 +305,11 @@ def test_ppo_sections_under_grpo_are_refused_and_grpo_configs_dump_as_before():
     assert config().ppo.num_prompts_per_step == 4
 
 
+def test_a_grpo_config_is_refused_by_the_ppo_trainer():
+    with pytest.raises(ValueError, match="PPOTrainer needs a config with algorithm: ppo"):
+        PPOTrainer(load_config(None, preset="fast"))
+
+
 def test_reconfigure_reaches_the_critic_and_the_loop():
     t = trainer()
     changed = t.reconfigure({"value.optimizer.lr": 0.01, "ppo.ppo_epochs": 2})

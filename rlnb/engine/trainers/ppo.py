@@ -185,6 +185,10 @@ class PPOTrainer(Trainer):
     loop_section = "ppo"
 
     def __init__(self, config, *, policy=None, task=None, accelerator=None, critic=None):
+        if hasattr(config, "policy") and getattr(config, "ppo", None) is None:
+            raise ValueError(f"PPOTrainer needs a config with algorithm: ppo (its ppo, value and "
+                             f"value_loss_fn sections); this one has algorithm: "
+                             f"{getattr(config, 'algorithm', 'grpo')!r}")
         super().__init__(config, policy=policy, task=task, accelerator=accelerator)
         value_body(self.policy.model)  # fail now, not at the first step, if there is no body
         self.value_loss_fn = MseValueLossFn(config.value_loss_fn)
