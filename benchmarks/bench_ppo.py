@@ -57,7 +57,8 @@ def run(algo: str, seed: int, minutes: float, val_every: int, extra=()) -> dict:
     return {"algo": algo, "seed": seed, "steps": trainer.step_count, "before": before,
             "after": after, "s_per_step": train_s / max(trainer.step_count, 1),
             "seconds": time.perf_counter() - start, "ev_max": max(evs, default=math.nan),
-            "ev0_max": max(ev0s, default=math.nan), "curve": curve}
+            "ev0_max": max(ev0s, default=math.nan), "curve": curve,
+            "load": os.getloadavg()[1]}  # the 5-minute load average over (about) this run
 
 
 def main() -> None:
@@ -84,14 +85,14 @@ def main() -> None:
     load = os.getloadavg()
     print(f"\nload average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
     print("| loop | seed | steps | accuracy before | after | gain (pts) | s/step | EV max | "
-          "EV0 max |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "EV0 max | load (5 min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ev = (f"{r['ev_max']:.2f} | {r['ev0_max']:.2f}" if not math.isnan(r["ev_max"])
               else "— | —")
         print(f"| {r['algo']} | {r['seed']} | {r['steps']} | {100 * r['before']:.1f}% | "
               f"{100 * r['after']:.1f}% | {100 * (r['after'] - r['before']):+.1f} | "
-              f"{r['s_per_step']:.2f} | {ev} |")
+              f"{r['s_per_step']:.2f} | {ev} | {r['load']:.2f} |")
     ppo = [r for r in rows if r["algo"] == "ppo"]
     met = all(r["after"] - r["before"] >= 0.25 and r["ev_max"] > 0.3 for r in ppo)  # NaN: False
     print(f"\nPPO target (>= +25 pts and EV > 0.3 for every seed): {'met' if met else 'NOT met'}")
