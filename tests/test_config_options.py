@@ -81,6 +81,8 @@ OPTIONAL_VALUES = {
     "grpo.reward_shaping.stop_properly_penalty_coef": 0.5,
     "checkpointing.checkpoint_dir": "ckpts",
     "checkpointing.keep_top_k": 1,
+    "grpo.async_grpo.collector_threads": 1,
+    "grpo.async_grpo.trainer_threads": 1,
 }
 COMPANIONS = {  # what a variant needs to be meaningful at all
     "loss_fn.truncated_importance_sampling_type": ["loss_fn.use_importance_sampling_correction=true",
@@ -137,6 +139,9 @@ ASSERTED_ELSEWHERE = {
     "loss_fn.truncated_importance_sampling_type": "test_policy_loss.py",
     "loss_fn.truncated_importance_sampling_ratio": "test_policy_loss.py",
     "loss_fn.truncated_importance_sampling_ratio_min": "test_policy_loss.py",
+    # the async sides' torch thread counts change no number; the async tests read them back
+    "grpo.async_grpo.collector_threads": "test_async_grpo.py",
+    "grpo.async_grpo.trainer_threads": "test_async_grpo.py",
 }
 # options that change no number by design: the same numbers must come out
 SAME_NUMBERS = {"policy.logprob_batch_size": 4, "policy.train_micro_batch_size": 4,
@@ -208,6 +213,10 @@ PREFIX_COMPANIONS = {  # a section that only exists (or only acts) with another 
              "sft.cache=false", "sft.stop_at_accuracy=null"],
     "ppo.": ["algorithm=ppo"], "value.": ["algorithm=ppo"], "value_loss_fn.": ["algorithm=ppo"],
     "policy.generation.vllm.": ["policy.generation.backend=vllm"],
+    # the async loop needs the importance-sampling correction and recomputed prev_logprobs
+    "grpo.async_grpo.": ["grpo.async_grpo.enabled=true",
+                         "loss_fn.use_importance_sampling_correction=true",
+                         "grpo.reuse_generation_logprobs=false"],
 }
 
 

@@ -14,6 +14,9 @@
 |                              | compute_advantages -> update, validation, logging, checkpoints |
 | ``validate(...)``            | ``trainer.validate()``                                         |
 | ``refit_policy_generation``  | ``generator.refresh_weights(policy.model)``                    |
+| ``async_grpo_train(...)``    | the same with ``AsyncGRPOTrainer`` (``grpo.async_grpo``):      |
+|                              | a collector thread generates ahead, a replay buffer, ages      |
+| ``AsyncGRPOConfig``          | the ``grpo.async_grpo`` section                                 |
 | ``_should_use_async_rollouts`` | whether the loop generates asynchronously to training        |
 
 rlnb keeps NeMo-RL's meaning, not its signatures: NeMo-RL passes a dozen workers and loaders
@@ -24,12 +27,14 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, TypedDict
 
+from rlnb.engine.trainers.collector import AsyncLoopConfig as AsyncGRPOConfig
+from rlnb.engine.trainers.loops import should_use_async_rollouts
 from rlnb.run.loggers import LoggerConfig as GRPOLoggerConfig
 from rlnb.run.master_config import MasterConfig, load_config
 
-__all__ = ["GRPOLoggerConfig", "GRPOSaveState", "GRPOSetup", "MasterConfig",
-           "_should_use_async_rollouts", "grpo_train", "refit_policy_generation", "setup",
-           "validate"]
+__all__ = ["AsyncGRPOConfig", "GRPOLoggerConfig", "GRPOSaveState", "GRPOSetup", "MasterConfig",
+           "_should_use_async_rollouts", "async_grpo_train", "grpo_train",
+           "refit_policy_generation", "setup", "validate"]
 
 
 class GRPOSaveState(TypedDict):
@@ -88,8 +93,25 @@ def refit_policy_generation(policy, policy_generation) -> None:
     policy_generation.refresh_weights(policy.model)
 
 
+def async_grpo_train(parts: GRPOSetup, max_trajectory_age_steps: int | None = None,
+                     num_steps: int | None = None) -> dict[str, Any]:
+    """NeMo-RL's ``async_grpo_train``: the async loop (``setup`` built an ``AsyncGRPOTrainer``
+    from a config with ``grpo.async_grpo.enabled``); ``max_trajectory_age_steps``, if given,
+    must be the config's."""
+    cfg = parts.master_config.grpo.async_grpo
+    if not _should_use_async_rollouts(parts.master_config):
+        raise ValueError("async_grpo_train needs a config with grpo.async_grpo.enabled=true "
+                         "(grpo_train runs the synchronous loop)")
+    if max_trajectory_age_steps is not None and \
+            max_trajectory_age_steps != cfg.max_trajectory_age_steps:
+        raise ValueError(
+            f"max_trajectory_age_steps={max_trajectory_age_steps} differs from the config's "
+            f"grpo.async_grpo.max_trajectory_age_steps={cfg.max_trajectory_age_steps}: set it "
+            "in the config (the trainer was built from it)")
+    return parts.run.train(num_steps)
+
+
 def _should_use_async_rollouts(master_config) -> bool:
     """NeMo-RL's ``_should_use_async_rollouts``: whether generation runs asynchronously to
-    training (async GRPO). False for every loop rlnb has today."""
-    async_cfg = getattr(master_config.grpo, "async_grpo", None)
-    return bool(async_cfg is not None and async_cfg.enabled)
+    training (GRPO with ``grpo.async_grpo.enabled``)."""
+    return should_use_async_rollouts(master_config)

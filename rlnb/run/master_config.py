@@ -116,6 +116,18 @@ class MasterConfig(Config):
                              " the raw reward ignores the KL (use gae, or turn it off)")
         return ppo
 
+    @field_validator("grpo")
+    @classmethod
+    def _async_has_importance_sampling(cls, grpo: GRPOConfig | None, info: ValidationInfo):
+        loss = info.data.get("loss_fn")
+        if grpo is not None and loss is not None and grpo.async_grpo.enabled and \
+                not loss.use_importance_sampling_correction:
+            raise ValueError(
+                "grpo.async_grpo.enabled=true needs loss_fn.use_importance_sampling_correction="
+                "true: trajectories come from older weights and the loss must reweight them "
+                "(NeMo-RL requires it too)")
+        return grpo
+
     @field_validator("value")
     @classmethod
     def _value_from_the_policy(cls, value: ValueConfig | None, info: ValidationInfo):

@@ -121,6 +121,7 @@ class VLLMGenerationBackend:
     """
 
     shares_policy_weights = False  # vLLM's log-probs differ slightly: recompute prev_logprobs
+    can_refit = True  # the engine holds its own weights; refresh_weights loads new ones
 
     def __init__(self, model, tokenizer, config, max_prompt_length=None):
         self.tokenizer, self.config = tokenizer, config

@@ -71,6 +71,11 @@ class Trainer:
             raise TypeError(
                 f"{type(self).__name__} takes a loaded config, got {type(config).__name__}: "
                 f"build one with rlnb.load_config(path_or_dict_or_None, overrides)")
+        if getattr(config, self.loop_section) is None:  # a config of another loop
+            raise ValueError(
+                f"{type(self).__name__} needs a config with algorithm: {self.loop_section}; this "
+                f"one has algorithm: {getattr(config, 'algorithm', 'grpo')!r} "
+                "(rlnb.engine.trainers.loops.make_trainer builds the loop a config names)")
         self.config = config
         self.dist = Distributed(accelerator)
         loop = self.loop_config
@@ -86,6 +91,12 @@ class Trainer:
                 f"loss_fn.use_kl_in_reward=true needs an estimator that puts the KL into the "
                 f"reward (reinforce_plus_plus; GAE under PPO), not {self.loop_section}."
                 f"adv_estimator.name={estimator!r}")
+        if getattr(loop, "use_dynamic_sampling", False) and self.dist.world_size > 1:
+            # each rank would need its own number of generation batches (dynamic_sampling.py)
+            raise ValueError(
+                f"{self.loop_section}.use_dynamic_sampling=true runs in one process only, but "
+                f"{self.dist.world_size} were launched (ranks would draw different numbers of "
+                "generation batches): set it to false or run one process")
         torch.manual_seed(loop.seed + 1000 * self.dist.rank)
         self.loss_fn = ClippedPGLossFn(config.loss_fn)
         self.need_reference = needs_reference(config)
@@ -125,19 +136,24 @@ class Trainer:
     # ------------------------------------------------------------------ data
     def next_prompt_rows(self, n: int | None = None) -> list[dict[str, Any]]:
         """The next ``n`` training rows for this rank (advances the data position)."""
-        loop = self.loop_config
-        n = n or loop.num_prompts_per_step
-        start = self.consumed_prompts
-        if len(self._stream) < start + n:  # the task's seeded stream, grown by doubling
-            self._stream = self.task.train_rows(2 * (start + n), loop.seed)
-        rows = self._stream[start : start + n]  # position = consumed_prompts: resumable
+        n = n or self.loop_config.num_prompts_per_step
+        rows = self.prompt_rows_at(self.consumed_prompts, n)  # position: resumable
         self.consumed_prompts += n
-        return self.dist.shard(rows)
+        return rows
 
-    def format_prompt(self, row: dict[str, Any]) -> str:
+    def prompt_rows_at(self, start: int, n: int) -> list[dict[str, Any]]:
+        """Rows ``start .. start + n`` of the training stream, this rank's share (the data
+        position does not move)."""
+        stream = self._stream
+        if len(stream) < start + n:  # the task's seeded stream, grown by doubling
+            stream = self._stream = self.task.train_rows(2 * (start + n), self.loop_config.seed)
+        return self.dist.shard(stream[start : start + n])
+
+    def format_prompt(self, row: dict[str, Any], tokenizer=None) -> str:
         from rlnb.engine.environments.tasks import format_prompt
 
-        return format_prompt(row, self.policy.tokenizer, self.config.policy.chat_template)
+        return format_prompt(row, tokenizer or self.policy.tokenizer,
+                             self.config.policy.chat_template)
 
     # ------------------------------------------------------------------ validation
     @torch.no_grad()
@@ -166,6 +182,14 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
     def step(self) -> StepMetrics:  # pragma: no cover - every loop defines it
         raise NotImplementedError
+
+    def publish_weights(self) -> None:
+        """After an optimizer step: hand the policy's new weights to generation (NeMo-RL's
+        refit; a no-op count when the generator samples with the policy's own module)."""
+        self.generator.refresh_weights(self.policy.model)
+
+    def close(self) -> None:
+        """Stop background work (the async loop's collector); nothing for synchronous loops."""
 
     def record_step(self, rollout, advantages, result, seconds: float | None = None
                     ) -> StepMetrics:
@@ -232,6 +256,14 @@ class Trainer:
         """Trained modules besides the policy, as ``name -> (module, optimizer, scheduler)``,
         for checkpoints (PPO: its critic). None here."""
         return {}
+
+    def checkpoint_files(self) -> dict[str, Any]:
+        """Other state of the loop saved with a checkpoint, as ``name -> plain data`` (the
+        async loop's replay buffer). None here."""
+        return {}
+
+    def load_checkpoint_files(self, files: dict[str, Any]) -> None:
+        """Restore what ``checkpoint_files`` saved (called after ``load_state``)."""
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.step_count = state["current_step"]

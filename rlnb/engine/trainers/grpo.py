@@ -36,6 +36,7 @@ from rlnb.algorithms.rewards import RewardScalingConfig, RewardShapingConfig
 from rlnb.config import Config
 from rlnb.engine.batches import AdvantageBatch, RolloutBatch, StepMetrics, UpdateResult
 from rlnb.engine.trainers.base import Trainer
+from rlnb.engine.trainers.collector import AsyncLoopConfig
 from rlnb.engine.trainers.rollout import (
     filtered_sample_mask,
     sample_rollout,
@@ -82,6 +83,9 @@ class GRPOConfig(Config):
     max_val_samples: int = Field(200, ge=1, description="Held-out prompts per validation.")
     max_rollout_turns: int = Field(1, ge=1, description="Assistant turns per conversation.")
     seed: int = Field(0, description="Seeds model init, data order and sampling.")
+    async_grpo: AsyncLoopConfig = Field(
+        default_factory=AsyncLoopConfig,
+        description="Async GRPO: generation runs ahead of training (async_grpo.py).")
 
     @model_validator(mode="before")
     @classmethod
@@ -114,12 +118,31 @@ class GRPOConfig(Config):
             raise ValueError(
                 f"grpo.num_generations_per_prompt=1 with grpo.adv_estimator.name={est.name!r}: "
                 "a group of one is its own baseline, so every advantage would be 0 (use G >= 2)")
+        self._async_fits()
         if est.name == "opd":
             raise ValueError(
                 "grpo.adv_estimator.name='opd' (on-policy distillation) needs a teacher model's "
                 "log-probs, and rlnb's trainers have no teacher model yet; the estimator itself "
                 "is rlnb.OnPolicyDistillationAdvantageEstimator")
         return self
+
+    def _async_fits(self) -> None:
+        a = self.async_grpo
+        if not a.enabled:
+            if a != AsyncLoopConfig():
+                raise ValueError("grpo.async_grpo.* settings need grpo.async_grpo.enabled=true "
+                                 "(they would be ignored)")
+            return
+        left_out = {  # NeMo-RL's async loop does none of these (async_grpo.py, choice 3)
+            "use_dynamic_sampling": self.use_dynamic_sampling,
+            "reward_scaling.enabled": self.reward_scaling.enabled,
+            "reward_shaping.enabled": self.reward_shaping.enabled,
+            "reuse_generation_logprobs": self.reuse_generation_logprobs,
+        }
+        for key, on in left_out.items():
+            if on:
+                raise ValueError(f"grpo.{key}=true with grpo.async_grpo.enabled=true: the async "
+                                 "loop does not support it (set it to false)")
 
     @property
     def normalize_rewards(self) -> bool:
@@ -205,9 +228,9 @@ class GRPOTrainer(Trainer):
         metrics["timing/train/valid_tokens_per_sec_per_gpu"] = (
             toks / max(t, 1e-9) / self.dist.world_size)
         if not dry_run:
-            self.generator.refresh_weights(self.policy.model)
             self.step_count += 1
             self.total_valid_tokens += int(toks)
+            self.publish_weights()
         return UpdateResult(self.step_count, dry_run, metrics)
 
     # ------------------------------------------------------------------ one step

@@ -1,5 +1,6 @@
 """The training loops by name: ``algorithm: grpo`` in a config picks ``GRPOTrainer``,
-``algorithm: ppo`` picks ``PPOTrainer``.
+``algorithm: ppo`` picks ``PPOTrainer``; GRPO with ``grpo.async_grpo.enabled`` is
+``AsyncGRPOTrainer``.
 
     trainer = make_trainer(rlnb.load_config("configs/tiny.yaml"))
 """
@@ -21,10 +22,26 @@ def _ppo():
     return PPOTrainer
 
 
+def _async_grpo():
+    from rlnb.engine.trainers.async_grpo import AsyncGRPOTrainer
+
+    return AsyncGRPOTrainer
+
+
 def make_trainer(config, **kwargs):
-    """The trainer of the loop ``config`` names (``config.algorithm``, default ``grpo``)."""
+    """The trainer of the loop ``config`` names (``config.algorithm``, default ``grpo``; GRPO
+    with ``grpo.async_grpo.enabled`` is the async loop)."""
     name = getattr(config, "algorithm", "grpo")
+    if name == "grpo" and should_use_async_rollouts(config):
+        return _async_grpo()(config, **kwargs)
     return choose(TRAINERS, name, "training loop (algorithm)")()(config, **kwargs)
+
+
+def should_use_async_rollouts(config) -> bool:
+    """Whether the run generates asynchronously to training (NeMo-RL's
+    ``_should_use_async_rollouts``): GRPO with ``grpo.async_grpo.enabled``."""
+    grpo = getattr(config, "grpo", None)
+    return grpo is not None and grpo.async_grpo.enabled
 
 
 # name -> a function returning the trainer class (imported on use: each loop loads its own parts)

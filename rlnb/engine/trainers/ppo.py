@@ -270,7 +270,7 @@ class PPOTrainer(Trainer):
         overrides the trainer's for this call. Does not end the step."""
         result = self._policy_pass(batch, dry_run, loss_fn)
         if not dry_run:
-            self.generator.refresh_weights(self.policy.model)
+            self.publish_weights()
         return result
 
     def update(self, batch: PPOAdvantageBatch, *, dry_run: bool = False) -> PPOUpdateResult:
@@ -299,7 +299,7 @@ class PPOTrainer(Trainer):
                 toks * passes / max(actor_s, 1e-9) / self.dist.world_size)
         if not dry_run:
             if actor is not None:
-                self.generator.refresh_weights(self.policy.model)
+                self.publish_weights()
                 self.total_valid_tokens += int(actor.metrics.get("train/global_valid_toks", 0))
             self.step_count += 1
         return PPOUpdateResult(self.step_count, dry_run, metrics)

@@ -37,13 +37,24 @@ def timer():
 def generate_and_score(trainer, rows: list[dict[str, Any]], generations: int, step: int
                        ) -> RolloutBatch:
     """Sample ``generations`` responses per row, score them, compute their log-probs."""
+    return add_logprobs(trainer, sample_and_score(trainer, trainer.generator, rows, generations,
+                                                  step))
+
+
+def sample_and_score(trainer, generator, rows: list[dict[str, Any]], generations: int, step: int,
+                     tokenizer=None) -> RolloutBatch:
+    """Sample ``generations`` responses per row with ``generator`` and score them: a
+    ``RolloutBatch`` whose ``prev_logprobs`` and ``reference_logprobs`` are None (they need the
+    policy: ``add_logprobs``). The async collector calls this from its own thread, with its own
+    generator and tokenizer; it reads nothing else of the trainer that training changes."""
+    tokenizer = tokenizer or trainer.policy.tokenizer
     rep_rows = [r for r in rows for _ in range(generations)]
-    prompts = [trainer.format_prompt(r) for r in rep_rows]
+    prompts = [trainer.format_prompt(r, tokenizer) for r in rep_rows]
     loop, p = trainer.loop_config, trainer.config.policy
     extra: dict[str, float] = {}
     if loop.max_rollout_turns > 1:  # prompt | turn | observation | turn ... (multiturn.py)
         conv = sample_conversations(
-            trainer.generator, trainer.env, trainer.policy.tokenizer, prompts, rep_rows,
+            generator, trainer.env, tokenizer, prompts, rep_rows,
             max_turns=loop.max_rollout_turns, max_new_tokens=p.generation.max_new_tokens,
             max_total_length=p.max_total_sequence_length,
             max_prompt_length=trainer.max_prompt_length,
@@ -53,7 +64,7 @@ def generate_and_score(trainer, rows: list[dict[str, Any]], generations: int, st
         extra["train/mean_turns"] = float(conv.turns.float().mean())
     else:
         elapsed = timer()
-        gens = trainer.generator.generate(prompts)
+        gens = generator.generate(prompts)
         t_gen = elapsed()
         elapsed = timer()
         rewards = check_rewards(
@@ -65,38 +76,50 @@ def generate_and_score(trainer, rows: list[dict[str, Any]], generations: int, st
     zeros = torch.zeros_like(gens.prompt_ids, dtype=torch.float32)  # [B, L]
     token_mask = torch.cat([zeros, generated], dim=1)  # [B, S]: 1 on generated tokens only
     gen_lp = torch.cat([zeros, gens.generation_logprobs], dim=1)  # [B, S]
-    elapsed = timer()
-    if getattr(loop, "reuse_generation_logprobs", False):
-        prev = gen_lp * token_mask  # choice 2
-    else:
-        prev = trainer.policy.logprobs(input_ids, attention_mask) * token_mask
-    ref = (trainer.policy.logprobs(input_ids, attention_mask, reference=True) * token_mask
-           if trainer.need_reference else None)
-    t_lp = elapsed()
     lengths = generated.sum(dim=1).long()  # generated tokens (observations excluded)
-    truncated = gens.truncated.float()
-    metrics = {
-        "timing/train/generation": t_gen,
-        "timing/train/reward_calculation": t_reward,
-        "timing/train/policy_and_reference_logprobs": t_lp,
-        "train/mean_gen_tokens_per_sample": float(lengths.float().mean()),
-        "train/max_gen_tokens_per_sample": float(lengths.max()),
-        "train/truncation_rate": float(truncated.mean()),
-        "train/natural_termination_rate": float(1 - truncated.mean()),
-        "train/mean_prompt_length": float(gens.prompt_mask.sum(1).float().mean()),
-        "train/total_num_tokens": float(attention_mask.sum()),
-        **extra,
-    }
-    return RolloutBatch(
+    batch = RolloutBatch(
         step=step, rows=rep_rows, prompts=prompts, responses=gens.texts,
         group=torch.arange(len(rows)).repeat_interleave(generations),
         prompt_ids=gens.prompt_ids, input_ids=input_ids, attention_mask=attention_mask,
         token_mask=token_mask, sample_mask=torch.ones(len(prompts)),
-        generation_logprobs=gen_lp, prev_logprobs=prev, reference_logprobs=ref,
+        generation_logprobs=gen_lp, prev_logprobs=None, reference_logprobs=None,
         rewards=rewards.total.float(), reward_components=dict(rewards.components),
         correct=rewards.correct.bool(), truncated=gens.truncated, response_lengths=lengths,
-        weight_version=gens.weight_version, metrics=metrics,
+        weight_version=gens.weight_version,
     )
+    batch.metrics = {"timing/train/generation": t_gen, "timing/train/reward_calculation": t_reward,
+                     **shape_metrics(batch), **extra}
+    return batch
+
+
+def shape_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """Response and prompt lengths of a batch from one generation call (docs/metrics.md)."""
+    truncated = batch.truncated.float()
+    width = batch.prompt_ids.shape[1]  # one generation call: every row's prompt is [:, :L]
+    return {
+        "train/mean_gen_tokens_per_sample": float(batch.response_lengths.float().mean()),
+        "train/max_gen_tokens_per_sample": float(batch.response_lengths.max()),
+        "train/truncation_rate": float(truncated.mean()),
+        "train/natural_termination_rate": float(1 - truncated.mean()),
+        "train/mean_prompt_length": float(batch.attention_mask[:, :width].sum(1).float().mean()),
+        "train/total_num_tokens": float(batch.attention_mask.sum()),
+    }
+
+
+def add_logprobs(trainer, batch: RolloutBatch) -> RolloutBatch:
+    """Fill ``batch.prev_logprobs`` (the policy's current log-probs of every generated token)
+    and ``reference_logprobs`` (when the run keeps a reference), in place; returns it."""
+    loop, elapsed = trainer.loop_config, timer()
+    if getattr(loop, "reuse_generation_logprobs", False):
+        batch.prev_logprobs = batch.generation_logprobs * batch.token_mask  # choice 2
+    else:
+        batch.prev_logprobs = trainer.policy.logprobs(
+            batch.input_ids, batch.attention_mask) * batch.token_mask
+    if trainer.need_reference:
+        batch.reference_logprobs = trainer.policy.logprobs(
+            batch.input_ids, batch.attention_mask, reference=True) * batch.token_mask
+    batch.metrics["timing/train/policy_and_reference_logprobs"] = elapsed()
+    return batch
 
 
 def shaped_rewards(loop, rewards, components, truncated, lengths):
@@ -124,11 +147,16 @@ def sample_rollout(trainer, rows: list[dict[str, Any]] | None = None) -> Rollout
         batch = generate_and_score(trainer, rows or trainer.next_prompt_rows(),
                                    loop.num_generations_per_prompt, trainer.step_count)
     batch.metrics["timing/train/rollout"] = elapsed()
-    r = batch.rewards.double()
-    moments = trainer.dist.mean_dict({"r": float(r.mean()), "r2": float((r * r).mean())})
-    batch.metrics["train/reward"] = moments["r"]
-    batch.metrics["train/reward_std"] = max(moments["r2"] - moments["r"] ** 2, 0.0) ** 0.5
+    batch.metrics.update(reward_metrics(trainer, batch.rewards))
     return batch
+
+
+def reward_metrics(trainer, rewards: torch.Tensor) -> dict[str, float]:
+    """``train/reward`` and ``train/reward_std`` of ``[B]`` raw rewards, over all ranks."""
+    r = rewards.double()
+    moments = trainer.dist.mean_dict({"r": float(r.mean()), "r2": float((r * r).mean())})
+    return {"train/reward": moments["r"],
+            "train/reward_std": max(moments["r2"] - moments["r"] ** 2, 0.0) ** 0.5}
 
 
 def filtered_sample_mask(loop, batch: RolloutBatch, rewards: torch.Tensor

@@ -1,0 +1,246 @@
+"""Async GRPO: generation runs ahead of training on weights at most a steps old.
+
+    collector thread:  weights v_t ──generate──► groups (v, t) ──► replay buffer
+    trainer:           step c takes P groups meant for c (v ≥ c − a), recomputes
+                       log π_θc (prev_logprobs), weights the loss by w = π_θc / π_v, updates
+
+Asynchronous off-policy RLHF: https://arxiv.org/abs/2410.18252; the formulas, the buffer's rules
+and the defaults' reasons: docs/algorithms.md#async-grpo.
+
+Implementation choices:
+1) The stages stay GRPO's: ``rollout()`` takes step c's groups from the replay buffer (waiting
+   for the collector if they are not there yet) and computes the policy's current log-probs of
+   them; ``compute_advantages`` and ``update`` are the synchronous trainer's. Calling
+   ``rollout()`` again before ``update`` returns the same batch (a re-run notebook cell).
+2) Off-policy correction, the defaults and why:
+   - ``prev_logprobs`` are recomputed by the current policy θ_c, never taken from the
+     generator: the PPO ratio ρ = π_θ / π_θc then starts at 1 and clips only what this step's
+     own optimizer steps moved, as in the synchronous loop;
+   - ``loss_fn.use_importance_sampling_correction=true`` is required (NeMo-RL asserts it): the
+     loss weights every token by w = π_θc / π_v (``generation_logprobs`` come from the
+     collector's weights v), which corrects the expectation for sampling with stale weights;
+   - truncation is the loss's own option, off by default as in NeMo-RL; with a ≤ 2 on the tiny
+     model w stays within about [0.5, 2] (see ``async/importance_weight/*``), and the shipped
+     ``configs/async_tiny.yaml`` bounds it with TIS at 2.0, TIS's usual cap, so that a larger
+     age or learning rate cannot blow up the variance.
+3) What NeMo-RL's async loop leaves out is refused when the config loads: dynamic sampling,
+   reward scaling and shaping, ``reuse_generation_logprobs`` (generation log-probs come from
+   other weights).
+4) The buffer's content and ages are saved with every checkpoint. A resumed run keeps the
+   saved groups of complete targets and generates the rest again from the same rows (the
+   collector's choice 2), so no prompt is lost or trained twice. Bit-exact resume is not
+   promised: which weights generated a group depends on the two threads' timing, and both
+   threads draw from torch's one global generator.
+5) ``max_trajectory_age_steps=0`` is refused (it would be the synchronous loop, which is
+   ``enabled=false``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from rlnb.algorithms.replay_buffer import AsyncGRPOConfig  # noqa: F401 - NeMo-RL's name, here too
+from rlnb.engine.batches import RolloutBatch, StepMetrics, concat_rollouts
+from rlnb.engine.models.generation import HFCopyGenerationBackend
+from rlnb.engine.trainers.collector import (
+    TrajectoryCollector,
+    new_buffer,
+    rollout_from_dict,
+)
+from rlnb.engine.trainers.grpo import GRPOTrainer
+from rlnb.engine.trainers.rollout import add_logprobs, reward_metrics, timer
+
+BUFFER_FILE = "replay_buffer"  # the checkpoint's replay_buffer.pt
+
+
+def collector_backend(trainer):
+    """The collector's generator: a private copy for the HF backend, vLLM's own engine."""
+    generator, p = trainer.generator, trainer.config.policy
+    if getattr(generator, "shares_policy_weights", False):
+        return HFCopyGenerationBackend(trainer.policy.model, trainer.policy.tokenizer,
+                                       p.generation, trainer.max_prompt_length)
+    if getattr(generator, "can_refit", False):
+        return generator
+    raise ValueError(
+        f"grpo.async_grpo.enabled=true needs a generation backend that can load new weights "
+        f"while the policy trains; policy.generation.backend={p.generation.backend!r} "
+        f"({type(generator).__name__}) cannot refit")
+
+
+class AsyncGRPOTrainer(GRPOTrainer):
+    """GRPO with a trajectory collector running ahead of training (see the module docstring).
+
+    ``AsyncGRPOTrainer(rlnb.load_config("configs/async_tiny.yaml"))``; ``make_trainer`` picks
+    it when ``grpo.async_grpo.enabled``. ``close()`` (or the end of ``train``) stops the
+    collector.
+    """
+
+    def __init__(self, config, **kwargs):
+        super().__init__(config, **kwargs)
+        if not self.config.grpo.async_grpo.enabled:
+            raise ValueError("AsyncGRPOTrainer needs grpo.async_grpo.enabled=true (the "
+                             "synchronous loop is GRPOTrainer)")
+        gen = collector_backend(self)
+        self.buffer = new_buffer(self.config.grpo)
+        self.collector = TrajectoryCollector(
+            self, gen, self.policy.model, self.buffer, initial_version=self.step_count,
+            tokenizer=getattr(gen, "tokenizer", None))
+        self._taken: tuple[int, RolloutBatch] | None = None  # choice 1
+        self._main_threads: int | None = None
+
+    # ------------------------------------------------------------------ the collector
+    def start_collector(self) -> None:
+        """Start the collector on the policy's current weights (a no-op if it runs)."""
+        c = self.collector
+        if c.running:
+            return
+        with c.cond:
+            c.initial_version = c.version = c.latest = self.step_count
+        c.refit()  # the policy may have changed since (a warm start, a resume, steps by hand)
+        with c.cond:
+            c.version = c.latest = self.step_count
+            c.refits = 0
+        collector_threads, trainer_threads = self.config.grpo.async_grpo.threads()
+        self._main_threads = torch.get_num_threads()
+        torch.set_num_threads(trainer_threads)
+        c.start()
+
+    def close(self) -> None:
+        """Stop the collector (its unfinished generation is dropped, the buffer is kept)."""
+        self.collector.stop()
+        if self._main_threads is not None:
+            torch.set_num_threads(self._main_threads)
+            self._main_threads = None
+
+    def publish_weights(self) -> None:
+        self.collector.publish(self.step_count)
+
+    # ------------------------------------------------------------------ stage 1: rollout
+    def rollout(self, rows: list[dict[str, Any]] | None = None) -> RolloutBatch:
+        """Stage 1: step c's P groups from the replay buffer, with the current policy's
+        log-probs and the async metrics (docs/metrics.md#async-grpo)."""
+        if rows is not None:
+            raise ValueError("AsyncGRPOTrainer.rollout() takes step c's groups from the replay "
+                             "buffer and no rows (GRPOTrainer.rollout(rows) samples given rows)")
+        if self._taken is not None and self._taken[0] == self.step_count:
+            return self._taken[1]
+        elapsed, c = timer(), self.step_count
+        self.start_collector()
+        groups, versions, evicted, waited = self.collector.take(c)
+        counters = self.collector.pop_counters()
+        pad = self.policy.tokenizer.pad_token_id
+        batch = concat_rollouts(groups, torch.arange(sum(len(g) for g in groups)), pad)
+        batch.group = torch.arange(len(groups)).repeat_interleave(
+            torch.tensor([len(g) for g in groups]))
+        batch.step, batch.weight_version = c, min(versions)
+        batch.metrics = merge_group_metrics([g.metrics for g in groups])
+        add_logprobs(self, batch)
+        ages = [c - v for v in versions]
+        batch.metrics.update({
+            **reward_metrics(self, batch.rewards),
+            **importance_weight_metrics(batch),
+            "train/buffer_size": float(counters["buffer_size"]),
+            "train/avg_trajectory_age": sum(ages) / len(ages),
+            "async/max_trajectory_age": float(max(ages)),
+            "async/evicted": float(evicted),
+            "async/groups_generated": float(counters["groups_generated"]),
+            "async/generation_failures": float(counters["generation_failures"]),
+            "async/refits": float(counters["refits"]),
+            "timing/train/wait_for_trajectories": waited,
+            "timing/async/collector_wait_for_weights": counters["seconds_waiting_for_weights"],
+            "timing/train/rollout": elapsed(),
+        })
+        self.consumed_prompts = (c + 1) * self.config.grpo.num_prompts_per_step
+        self._taken = (c, batch)
+        return batch
+
+    # ------------------------------------------------------------------ stage 3: update
+    def update(self, batch, *, dry_run: bool = False, loss_fn=None):
+        """GRPO's update; the collector copies no weights while the optimizer changes them."""
+        with self.collector.weights_lock:
+            return super().update(batch, dry_run=dry_run, loss_fn=loss_fn)
+
+    # ------------------------------------------------------------------ validation
+    @torch.no_grad()
+    def validate(self, num_prompts: int | None = None) -> dict[str, float]:
+        """Held-out accuracy of the current policy; the collector waits meanwhile (so the
+        two do not interleave their draws from torch's global generator, and validation gives
+        the same numbers for the same weights). When the collector samples with the trainer's
+        own engine (vLLM), the engine gets the current weights first."""
+        c = self.collector
+        if c.generator is not self.generator:  # HF: validation samples with the policy itself
+            with c.generation_lock:
+                return super().validate(num_prompts)
+        with c.generation_lock:
+            with c.weights_lock:
+                self.generator.refresh_weights(self.policy.model)
+            with c.cond:  # the engine's weights are now this step's
+                c.version = c.latest = self.step_count
+            return super().validate(num_prompts)
+
+    # ------------------------------------------------------------------ the loop
+    def train(self, num_steps: int | None = None, *, progress: bool = False
+              ) -> Iterator[StepMetrics]:
+        """The synchronous loop's ``train``, with the collector running until it ends
+        (normally, by an exception, by Ctrl-C or by the consumer closing it: a Stop)."""
+        try:
+            yield from super().train(num_steps, progress=progress)
+        finally:
+            self.close()
+
+    # ------------------------------------------------------------------ state
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self._taken = None
+
+    def checkpoint_files(self) -> dict[str, Any]:
+        """``replay_buffer.pt``: the buffer's groups, their versions and the watermark."""
+        return {BUFFER_FILE: self.collector.snapshot()}
+
+    def load_checkpoint_files(self, files: dict[str, Any]) -> None:
+        """Restore the buffer for resuming at ``step_count`` (choice 4): entries too old for
+        their target, targets already trained and incomplete targets are dropped."""
+        state = dict(files[BUFFER_FILE])
+        state["groups"] = [rollout_from_dict(g) for g in state["groups"]]
+        with self.collector.cond:
+            self.buffer.restore(
+                state, resume_step=self.step_count,
+                num_prompts_per_step=self.collector.local_prompts,
+                max_age_steps=self.config.grpo.async_grpo.max_trajectory_age_steps,
+                drop_incomplete_targets=True)
+
+
+def merge_group_metrics(per_group: list[dict[str, float]]) -> dict[str, float]:
+    """One batch's metrics from its groups' (each G rows): means of means (equal group sizes),
+    ``*max*`` keys the max, token totals the sum, timings the mean (one generation call made
+    every group of a target)."""
+    out: dict[str, float] = {}
+    for key in per_group[0]:
+        values = [m[key] for m in per_group if key in m]
+        if "max_" in key:
+            out[key] = max(values)
+        elif key == "train/total_num_tokens":
+            out[key] = sum(values)
+        else:
+            out[key] = sum(values) / len(values)
+    return out
+
+
+@torch.no_grad()
+def importance_weight_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """Mean, std, min and max over generated tokens of the raw importance weights
+    w = exp(prev_logprobs − generation_logprobs), before the loss truncates them."""
+    mask = batch.token_mask > 0
+    w = torch.exp(batch.prev_logprobs - batch.generation_logprobs)[mask].double()
+    if w.numel() == 0:
+        return {f"async/importance_weight/{k}": math.nan for k in ("mean", "std", "min", "max")}
+    return {
+        "async/importance_weight/mean": float(w.mean()),
+        "async/importance_weight/std": float(w.std(unbiased=False)),
+        "async/importance_weight/min": float(w.min()),
+        "async/importance_weight/max": float(w.max()),
+    }

@@ -1,0 +1,309 @@
+"""The async loop's trajectory collector: a thread that samples ahead of training on stale weights.
+
+    collector (thread)                         trainer (caller's thread)
+    weights v ── next_target(v) = t ──┐        step c: take P groups meant for c (or wait)
+    rows of step t ── generate, score ┤          log-probs with the current policy
+    P groups (v, t) ──► replay buffer ┘ ◄──────  advantages, update ── publish(c + 1)
+    no target left for v: wait for weights v' > v, refit, go on
+
+Ages and targets follow NeMo-RL's replay buffer (``rlnb.algorithms.replay_buffer``): weights v
+may fill targets v+1 … v+a (the initial weights v0 … v0+a), a = ``max_trajectory_age_steps``;
+so generation runs at most a steps ahead, and a trajectory trained on is at most a steps old.
+
+Implementation choices:
+1) A thread, not a process: torch releases the GIL inside its kernels, the weights move by a
+   plain copy, and stopping is an event. Each side sets its own torch thread count (torch's
+   intra-op thread count is per thread), so on 2 cores the two sides take one core each.
+2) The collector generates one whole target at a time (its P prompt groups in one generation
+   call, as the synchronous loop does) and adds the groups together. Target t's prompts are
+   rows t·P … (t+1)·P of the training stream, the rows the synchronous loop would train on at
+   step t: a target that is lost (in flight at a stop or a checkpoint) is generated again from
+   the same rows, so no prompt is skipped or trained twice.
+3) The trainer holds ``weights_lock`` while its optimizer changes the weights; the collector
+   takes it to copy them (a refit), so it never copies half an update. It refits only between
+   generation calls (NeMo-RL's default, ``in_flight_weight_updates=false``).
+4) Stopping sets an event that also ends a generation in progress after its next token (HF
+   backend); the thread is joined. An exception on the collector's side is kept and raised in
+   the trainer's thread the next time it waits for data; up to ``max_generation_failures``
+   failed generations in a row are retried first.
+5) When the buffer has no room for a target the collector backs off (10 ms, ×1.5 each time,
+   NeMo-RL's schedule) instead of spinning.
+6) A departure from NeMo-RL's targets: weights v fill targets v … v + a, not v + 1 … v + a
+   (NeMo-RL allows v itself only for the initial weights). The trainer can finish two steps
+   while the collector generates one target, so the collector's next weights may skip a
+   version; under NeMo-RL's rule target v would then have no weights left to fill it, and the
+   trainer would wait for it forever. Weights v are valid for step v (age 0), so nothing else
+   changes: in the steady state target v is already complete when weights v arrive.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from typing import Any
+
+import torch
+from pydantic import Field, model_validator
+
+from rlnb.algorithms.replay_buffer import AsyncGRPOConfig, ReplayBuffer, replay_buffer_capacity
+from rlnb.engine.batches import RolloutBatch, concat_rollouts
+
+
+class AsyncLoopConfig(AsyncGRPOConfig):
+    """``grpo.async_grpo``: NeMo-RL's ``AsyncGRPOConfig`` keys plus the threads of each side."""
+
+    max_trajectory_age_steps: int = Field(
+        1, description="a: a trajectory trained on is at most this many steps old, and the "
+        "collector runs at most this many steps ahead (>= 1; the synchronous loop is "
+        "enabled=false).")
+    collector_threads: int | None = Field(
+        None, ge=1, description="torch threads of the collector (None: half the cores).")
+    trainer_threads: int | None = Field(
+        None, ge=1, description="torch threads of the trainer while the collector runs (None: "
+        "the other half).")
+
+    @model_validator(mode="after")
+    def _supported(self) -> AsyncLoopConfig:
+        if self.max_trajectory_age_steps < 1:
+            raise ValueError(
+                f"max_trajectory_age_steps={self.max_trajectory_age_steps}: must be >= 1 (0 "
+                "would be the synchronous loop: set grpo.async_grpo.enabled=false)")
+        for key in ("in_flight_weight_updates", "recompute_kv_cache_after_weight_updates"):
+            if getattr(self, key):
+                raise ValueError(
+                    f"{key}=true is not supported: rlnb's collector loads new weights only "
+                    "between two generation calls, never into a generation in progress")
+        return self
+
+    def threads(self) -> tuple[int, int]:
+        """``(collector, trainer)`` torch thread counts."""
+        cores = os.cpu_count() or 1
+        collector = self.collector_threads or max(1, cores // 2)
+        trainer = self.trainer_threads or max(1, cores - collector)
+        return collector, trainer
+
+
+class CollectorStopped(RuntimeError):
+    """The collector was stopped while the trainer waited for its data."""
+
+
+class TrajectoryCollector:
+    """Fills a ``ReplayBuffer`` from a background thread (see the module docstring).
+
+    Args:
+        trainer: the async trainer (its task, environment, prompt stream and config are read).
+        generator: a backend with weights of its own (``can_refit``).
+        policy_model: the module whose weights the collector copies at a refit.
+        buffer: the replay buffer (possibly restored from a checkpoint).
+        initial_version: the policy version of the weights the generator holds now.
+    """
+
+    def __init__(self, trainer, generator, policy_model, buffer: ReplayBuffer, *,
+                 initial_version: int, tokenizer=None):
+        cfg = trainer.loop_config
+        self.trainer, self.generator, self.policy_model = trainer, generator, policy_model
+        self.tokenizer = tokenizer
+        self.buffer = buffer
+        self.max_age = cfg.async_grpo.max_trajectory_age_steps
+        self.max_failures = cfg.async_grpo.max_generation_failures
+        self.threads = cfg.async_grpo.threads()[0]
+        self.num_prompts = cfg.num_prompts_per_step  # P: a target's rows in the stream
+        self.local_prompts = len(trainer.dist.shard(list(range(self.num_prompts))))  # this rank's
+        self.generations = cfg.num_generations_per_prompt
+        self.initial_version = initial_version
+        self.version = initial_version  # the weights the generator holds
+        self.latest = initial_version  # the newest weights the trainer published
+        self.cond = threading.Condition()  # guards the buffer, versions, error, counters
+        self.weights_lock = threading.Lock()  # held by the trainer while weights change
+        self.generation_lock = threading.Lock()  # held while the generator samples or refits
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+        self.generating: int | None = None  # the target being generated now
+        # counters the trainer reads (and resets) once per step
+        self.seconds_waiting_for_weights = 0.0
+        self.groups_generated = 0
+        self.generation_failures = 0
+        self.refits = 0
+
+    # ------------------------------------------------------------------ control
+    @property
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def start(self) -> None:
+        if self.running:
+            return
+        self.stop_event.clear()
+        self.error = None
+        if hasattr(self.generator, "interrupt"):
+            self.generator.interrupt = self.stop_event
+        self.thread = threading.Thread(target=self._run, name="rlnb-trajectory-collector",
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the thread and wait for it (a generation in progress is abandoned)."""
+        self.stop_event.set()
+        with self.cond:
+            self.cond.notify_all()
+        if self.thread is not None:
+            self.thread.join(timeout)
+            if self.thread.is_alive():  # pragma: no cover - a backend that ignores the event
+                warnings.warn(f"the trajectory collector did not stop within {timeout:.0f} s",
+                              stacklevel=2)
+            self.thread = None
+
+    def publish(self, version: int) -> None:
+        """The trainer's weights are now ``version`` (called after each optimizer step)."""
+        with self.cond:
+            self.latest = version
+            self.cond.notify_all()
+
+    # ------------------------------------------------------------------ the trainer's side
+    def take(self, step: int, poll: float = 0.1) -> tuple[list[RolloutBatch], list[int], int,
+                                                          float]:
+        """Wait for the P groups meant for ``step``; ``(groups, versions, evicted, seconds)``.
+
+        Raises the collector's error if it failed, ``CollectorStopped`` if it was stopped."""
+        start = time.perf_counter()
+        with self.cond:
+            while True:
+                if self.error is not None:
+                    raise RuntimeError(
+                        f"the trajectory collector failed while generating for step "
+                        f"{self.generating if self.generating is not None else step}: "
+                        f"{type(self.error).__name__}: {self.error}") from self.error
+                before = len(self.buffer)
+                sampled = self.buffer.sample(self.local_prompts, current_weight_version=step,
+                                             max_age_steps=self.max_age)
+                evicted = before - len(self.buffer) - (self.local_prompts if sampled else 0)
+                if sampled is not None:
+                    self.cond.notify_all()  # room for the next target
+                    return (sampled.groups, sampled.weight_versions, evicted,
+                            time.perf_counter() - start)
+                if not self.running:
+                    raise CollectorStopped(f"no trajectories for step {step} and the collector "
+                                           "is not running")
+                self.cond.wait(poll)  # short waits: Ctrl-C reaches the caller's thread
+
+    def snapshot(self) -> dict[str, Any]:
+        """The buffer's state for a checkpoint (its groups as plain data)."""
+        with self.cond:
+            state = self.buffer.state_dict()
+        state["groups"] = [rollout_to_dict(g) for g in state["groups"]]
+        return state
+
+    def pop_counters(self) -> dict[str, float]:
+        """Counters since the last call (one step): generated groups, failures, refits, the
+        seconds the collector waited for new weights."""
+        with self.cond:
+            out = {"groups_generated": self.groups_generated,
+                   "generation_failures": self.generation_failures, "refits": self.refits,
+                   "seconds_waiting_for_weights": self.seconds_waiting_for_weights,
+                   "buffer_size": len(self.buffer)}
+            self.groups_generated = self.generation_failures = self.refits = 0
+            self.seconds_waiting_for_weights = 0.0
+        return out
+
+    def refit(self) -> None:
+        """Load the trainer's newest weights into the generator (between generations)."""
+        with self.generation_lock, self.weights_lock:
+            latest = self.latest
+            self.generator.refresh_weights(self.policy_model)
+        with self.cond:
+            self.version = latest
+            self.refits += 1
+
+    # ------------------------------------------------------------------ the thread
+    def _run(self) -> None:
+        torch.set_num_threads(self.threads)  # this thread's own count (choice 1)
+        failures, backoff = 0, 0.01
+        try:
+            while not self.stop_event.is_set():
+                if self.latest > self.version:
+                    self.refit()
+                with self.cond:
+                    target = self.buffer.next_target(  # choice 6: targets v … v + a
+                        self.version, initial_weight_version=self.version,
+                        max_trajectory_age_steps=self.max_age,
+                        num_prompts_per_step=self.local_prompts)
+                    if target is None:  # nothing left to make with these weights: wait
+                        start = time.perf_counter()
+                        self.cond.wait_for(
+                            lambda: self.stop_event.is_set() or self.latest > self.version)
+                        self.seconds_waiting_for_weights += time.perf_counter() - start
+                        continue
+                    if len(self.buffer) + self.local_prompts > self.buffer.max_size:
+                        self.cond.wait(backoff)  # choice 5
+                        backoff *= 1.5
+                        continue
+                    backoff = 0.01
+                    self.generating, version = target, self.version
+                try:
+                    groups = self._generate(target, version)
+                except Exception as err:  # choice 4: retry up to max_generation_failures
+                    failures += 1
+                    with self.cond:
+                        self.generation_failures += 1
+                    if failures > self.max_failures:
+                        raise
+                    warnings.warn(f"generation for step {target} failed ({failures} in a row, "
+                                  f"{self.max_failures} allowed): {type(err).__name__}: {err}",
+                                  stacklevel=1)
+                    continue
+                failures = 0
+                if groups is None:  # stopped mid-generation: nothing is kept
+                    break
+                with self.cond:
+                    for group in groups:
+                        self.buffer.add(group, weight_version=version, target_weight_version=target)
+                    self.groups_generated += len(groups)
+                    self.generating = None
+                    self.cond.notify_all()
+        except BaseException as err:  # noqa: BLE001 - handed to the trainer's thread
+            with self.cond:
+                self.error = err
+                self.cond.notify_all()
+
+    def _generate(self, target: int, version: int) -> list[RolloutBatch] | None:
+        """Target ``target``'s P groups, sampled with weights ``version`` (None if stopped)."""
+        from rlnb.engine.trainers.rollout import sample_and_score, shape_metrics
+
+        t = self.trainer
+        rows = t.prompt_rows_at(target * self.num_prompts, self.num_prompts)  # choice 2
+        with self.generation_lock:
+            batch = sample_and_score(t, self.generator, rows, self.generations, target,
+                                     tokenizer=self.tokenizer)
+        if self.stop_event.is_set():
+            return None
+        batch.weight_version = version
+        batch.weight_versions = torch.full((len(batch),), version, dtype=torch.long)
+        pad = (self.tokenizer or t.policy.tokenizer).pad_token_id
+        groups = []
+        for g in range(len(rows)):
+            group = concat_rollouts([batch], (batch.group == g).nonzero().flatten(), pad)
+            group.group = torch.zeros_like(group.group)
+            group.metrics.update(shape_metrics(group))  # the group's own lengths
+            groups.append(group)
+        return groups
+
+
+# ---------------------------------------------------------------------------------- checkpoints
+def rollout_to_dict(batch: RolloutBatch) -> dict[str, Any]:
+    """A ``RolloutBatch`` as plain data (tensors, lists, dicts) for ``torch.save``."""
+    return {name: getattr(batch, name) for name in RolloutBatch.__dataclass_fields__}
+
+
+def rollout_from_dict(data: dict[str, Any]) -> RolloutBatch:
+    """Inverse of ``rollout_to_dict``."""
+    return RolloutBatch(**data)
+
+
+def new_buffer(loop_config) -> ReplayBuffer:
+    """An empty buffer of NeMo-RL's capacity, P × a × 2 prompt groups."""
+    return ReplayBuffer(replay_buffer_capacity(
+        num_prompts_per_step=loop_config.num_prompts_per_step,
+        max_trajectory_age_steps=loop_config.async_grpo.max_trajectory_age_steps))
