@@ -197,6 +197,20 @@ def _ablation_sweep(nb):
     assert "2 runs, 0 failed" in stdout(nb)
     tables = [h for h in mime_outputs(nb, "text/html") if "<table" in h]
     assert any("ratio_clip_max" in t and "ok" in t for t in tables), "no sweep table"
+    # the per-setting summary: both seeds of the one fast setting, as mean ± sd (rlnb.run.stats)
+    assert any("± " in t and "(n=2)" in t for t in tables), "no per-setting summary"
+
+
+def _async_grpo(nb):
+    out = stdout(nb)
+    assert "loop: AsyncGRPOTrainer" in out and "weight versions [0]" in out  # step 0 is fresh
+    assert "groups by age" in out and "steps/min" in out, "no age histogram or side-by-side"
+    assert "collector running: False" in out  # the dashboard's run stopped the collector
+    html = mime_outputs(nb, "text/html")
+    assert any("rlnb dashboard</b>" in h and "replay buffer" in h for h in html), (
+        "no async dashboard snapshot")
+    assert len(mime_outputs(nb, PLOTLY_JSON)) >= 3  # weights, buffer and ages, side by side
+    _widgets_have_static_twins(nb)
 
 
 EXTRA_CHECKS = {
@@ -204,6 +218,7 @@ EXTRA_CHECKS = {
     "02_advantage_estimators": [_advantage_estimators],
     "03_policy_loss_and_kl": [_policy_loss_and_kl],
     "04_ablation_sweep": [_ablation_sweep],
+    "06_async_grpo": [_async_grpo],
 }
 
 

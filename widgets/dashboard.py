@@ -86,7 +86,17 @@ PPO_PANELS = (
         "timing/train/policy_training",
     )),
 )
-# a trainer's loop (``loop_section``) -> its panels
+# async GRPO: the buffer, the groups' ages, the importance weights' spread and who waits for whom
+ASYNC_PANELS = (
+    DEFAULT_PANELS[0],
+    Panel("replay buffer (groups after sampling)", ("train/buffer_size",)),
+    Panel("trajectory age (steps)", ("train/avg_trajectory_age", "async/max_trajectory_age")),
+    Panel("importance weight spread (std)", ("async/importance_weight/std",)),
+    DEFAULT_PANELS[3],
+    Panel("waiting (s)", ("timing/train/wait_for_trajectories",
+                          "timing/async/collector_wait_for_weights")),
+)
+# a trainer's loop (``loop_section``) -> its panels (an async GRPO trainer: ASYNC_PANELS)
 LOOP_PANELS = {"grpo": DEFAULT_PANELS, "ppo": PPO_PANELS}
 
 _TIMING_NAMES = {
@@ -96,6 +106,8 @@ _TIMING_NAMES = {
     "timing/train/advantage_calculation": "advantages",
     "timing/train/value_training": "critic update",
     "timing/train/policy_training": "update",
+    "timing/train/wait_for_trajectories": "trainer waits for data",
+    "timing/async/collector_wait_for_weights": "collector waits for weights",
 }
 
 
@@ -103,9 +115,13 @@ def panels_for(trainer=None, history: Iterable[dict[str, Any]] = ()) -> tuple[Pa
     """The panels of a trainer's loop (``LOOP_PANELS``); without a trainer, PPO's when the
     history holds critic metrics, else the default."""
     if trainer is not None:
+        if hasattr(trainer, "collector"):
+            return ASYNC_PANELS
         return LOOP_PANELS.get(getattr(trainer, "loop_section", "grpo"), DEFAULT_PANELS)
-    ppo = any(k.startswith("critic/") for record in history for k in record)
-    return PPO_PANELS if ppo else DEFAULT_PANELS
+    keys = {k for record in history for k in record}
+    if any(k.startswith("critic/") for k in keys):
+        return PPO_PANELS
+    return ASYNC_PANELS if "train/buffer_size" in keys else DEFAULT_PANELS
 
 
 def training_loop(source):

@@ -8,7 +8,7 @@ and flags groups whose rewards are all equal (zero std: GRPO gives them no learn
 The token view colours every response token by one per-token quantity from
 ``rlnb.engine.token_stats.token_stats``: advantage, probability ratio, KL, entropy, or the
 generation-vs-training log-prob gap (diverging colours around the neutral value, hover for the
-number).
+number), or the importance weight exp of that gap (the async loop's stale groups).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import math
 
 from rlnb.widgets.static import LiveAndStatic, table_html
 
-NEUTRAL = {"advantage": 0.0, "ratio": 1.0, "kl": 0.0, "entropy": 0.0, "logprob_gap": 0.0}
+NEUTRAL = {"advantage": 0.0, "ratio": 1.0, "kl": 0.0, "entropy": 0.0, "logprob_gap": 0.0,
+           "importance_weight": 1.0}
 
 
 def group_rows(batch, advantages, group: int) -> list[dict]:

@@ -24,7 +24,7 @@ from rlnb.algorithms.logprobs import token_entropy, token_logprobs
 from rlnb.engine.batches import AdvantageBatch, RolloutBatch
 from rlnb.engine.models.policy import position_ids_from_mask
 
-QUANTITIES = ("advantage", "ratio", "kl", "entropy", "logprob_gap")
+QUANTITIES = ("advantage", "ratio", "kl", "entropy", "logprob_gap", "importance_weight")
 
 
 @torch.no_grad()
@@ -57,10 +57,13 @@ def token_stats(
     *,
     kl_type: str = "k3",
 ) -> dict[str, torch.Tensor | str]:
-    """Per-token ``advantage``, ``ratio``, ``kl``, ``entropy``, ``logprob_gap`` (all ``[B, S]``).
+    """Per-token ``advantage``, ``ratio``, ``kl``, ``entropy``, ``logprob_gap`` and
+    ``importance_weight`` (all ``[B, S]``).
 
-    ``logprob_gap`` = log π_prev - log π_gen: the training-vs-generation mismatch of the same
-    weights (numerics of two code paths); ``ratio`` = exp(log π_θ - log π_prev).
+    ``logprob_gap`` = log π_prev - log π_gen: the training-vs-generation mismatch (numerics of
+    two code paths for the same weights; in the async loop also the weights' age);
+    ``importance_weight`` = exp(logprob_gap), the loss's weight before truncation;
+    ``ratio`` = exp(log π_θ - log π_prev).
     """
     mask = batch.token_mask
     current, entropy = current_logprobs_and_entropy(policy, batch)
@@ -75,6 +78,7 @@ def token_stats(
         "kl": calculate_kl(current, against, kl_type) * mask,
         "entropy": entropy * mask,
         "logprob_gap": (batch.prev_logprobs - batch.generation_logprobs) * mask,
+        "importance_weight": torch.exp(batch.prev_logprobs - batch.generation_logprobs) * mask,
         "current_logprobs": current * mask,
         "kl_against": kl_against,
     }

@@ -38,6 +38,7 @@ Implementation choices:
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
@@ -123,6 +124,10 @@ class TrajectoryCollector:
         self.thread: threading.Thread | None = None
         self.generating: int | None = None  # the target being generated now
         # counters the trainer reads (and resets) once per step
+        # (seconds, "add" | "take", target step, buffer size after, weight versions): the
+        # buffer filling and draining over time, for plots (notebook 06)
+        self.events: collections.deque = collections.deque(maxlen=100_000)
+        self.clock = time.perf_counter
         self.seconds_waiting_for_weights = 0.0
         self.groups_generated = 0
         self.generation_failures = 0
@@ -181,6 +186,8 @@ class TrajectoryCollector:
                                              max_age_steps=self.max_age)
                 evicted = before - len(self.buffer) - (self.local_prompts if sampled else 0)
                 if sampled is not None:
+                    self.events.append((self.clock(), "take", step, len(self.buffer),
+                                        list(sampled.weight_versions)))
                     self.cond.notify_all()  # room for the next target
                     return (sampled.groups, sampled.weight_versions, evicted,
                             time.perf_counter() - start)
@@ -262,6 +269,8 @@ class TrajectoryCollector:
                         self.buffer.add(group, weight_version=version, target_weight_version=target)
                     self.groups_generated += len(groups)
                     self.generating = None
+                    self.events.append((self.clock(), "add", target, len(self.buffer),
+                                        [version] * len(groups)))
                     self.cond.notify_all()
         except BaseException as err:  # noqa: BLE001 - handed to the trainer's thread
             with self.cond:
