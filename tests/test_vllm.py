@@ -262,3 +262,33 @@ def test_missing_vllm_says_how_to_install(monkeypatch):
     with pytest.raises(ValueError, match=r"vllm.*not installed.*\[vllm\].*docs/vllm.md") as err:
         make_generation_backend(model, tok, GenerationConfig(backend="vllm"))
     assert "\n" not in str(err.value)
+
+
+def test_async_grpo_generates_with_the_engine_in_a_collector_thread(trainer):
+    """The async loop's collector samples with vLLM's engine from its own thread and refits it
+    between generations; validation refits it to the current weights first."""
+    import threading
+
+    from rlnb.engine.trainers.async_grpo import AsyncGRPOTrainer
+
+    trainer.generator.close()  # one engine at a time on this machine
+    config = rlnb.load_config(None, [
+        *VLLM, "grpo.async_grpo.enabled=true", "loss_fn.use_importance_sampling_correction=true",
+        "policy.optimizer.lr=3e-2"])
+    t = AsyncGRPOTrainer(config)
+    try:
+        assert t.collector.generator is t.generator  # no second copy: the engine has its own
+        steps = list(t.train(3))
+        ages = [m["train/avg_trajectory_age"] for m in steps]
+        assert ages[0] == 0.0 and set(ages) <= {0.0, 1.0}
+        assert sum(m["async/refits"] for m in steps) >= 1
+        assert t.generator.weight_version >= 2  # the start-up sync and at least one refit
+        for m in steps:  # finite, and the loss saw the importance weights
+            assert math.isfinite(m["train/loss"]) and m["train/sampling_importance_ratio"] > 0
+        before = t.generator.weight_version
+        t.validate()
+        assert t.generator.weight_version == before + 1  # refit to this step's weights first
+        assert not [th for th in threading.enumerate() if th.name == "rlnb-trajectory-collector"]
+    finally:
+        t.close()
+        t.generator.close()
