@@ -32,6 +32,7 @@ _LAZY = {
     "GRPOConfig": "rlnb.engine.trainers.grpo",
     "PPOTrainer": "rlnb.engine.trainers.ppo",
     "PPOConfig": "rlnb.engine.trainers.ppo",
+    "AsyncGRPOTrainer": "rlnb.engine.trainers.async_grpo",
     "Policy": "rlnb.engine.models.policy",
     "RolloutBatch": "rlnb.engine.batches",
     "AdvantageBatch": "rlnb.engine.batches",

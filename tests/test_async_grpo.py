@@ -371,3 +371,24 @@ def test_nemo_async_grpo_train_drives_the_loop(tmp_path, no_threads_left):
     assert summary["steps"] == 2 and type(parts.trainer) is AsyncGRPOTrainer
     with pytest.raises(ValueError, match="max_trajectory_age_steps=2 differs"):
         async_grpo_train(parts, max_trajectory_age_steps=2)
+
+
+# ---------------------------------------------------------------------------------- two ranks
+def test_two_ranks_train_async_with_a_collector_each(tmp_path):
+    """`rlnb train configs/async_tiny.yaml` under accelerate: each rank's collector generates
+    its share of every step (no rank waits for the other's data), and rank 0 logs each step."""
+    import json
+
+    from test_distributed import launch
+    from tiny_config import TINY
+
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = launch(["-m", "rlnb.cli", "train", ASYNC, *TINY, *SMALL, "sft.enabled=false",
+                   "--run-dir", "run", "--steps", "3", "--no-progress"], work, tmp_path / "cache")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    records = [json.loads(line) for line in (work / "run" / "metrics.jsonl").read_text()
+               .splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert [r["train/avg_trajectory_age"] for r in records][0] == 0.0
+    assert all(r["async/groups_generated"] >= 2 for r in records)  # P = 4 over 2 ranks: 2 each
