@@ -120,8 +120,8 @@ def test_groups_are_at_most_a_steps_old_and_made_by_the_weights_they_are_tagged_
     t = with_rewards(AsyncGRPOTrainer(config("grpo.async_grpo.max_trajectory_age_steps=2")))
     snapshots, seen = [], []
     try:
-        for c in range(5):
-            snapshots.append(copy.deepcopy(t.policy.model.state_dict()))  # version c
+        for _version in range(5):  # the weights before each update: versions 0..4
+            snapshots.append(copy.deepcopy(t.policy.model.state_dict()))
             batch = t.rollout()
             assert t.rollout() is batch  # a re-run cell gets the same batch
             t.update(t.compute_advantages(batch))
@@ -193,7 +193,6 @@ def test_thread_counts_are_set_per_side_and_restored(no_threads_left):
     t = AsyncGRPOTrainer(config("grpo.async_grpo.collector_threads=1",
                                 "grpo.async_grpo.trainer_threads=1"))
     seen = []
-    t.collector.generator.interrupt = None
     original = t.collector._generate
 
     def spy(target, version):

@@ -120,12 +120,23 @@ class MasterConfig(Config):
     @classmethod
     def _async_has_importance_sampling(cls, grpo: GRPOConfig | None, info: ValidationInfo):
         loss = info.data.get("loss_fn")
-        if grpo is not None and loss is not None and grpo.async_grpo.enabled and \
-                not loss.use_importance_sampling_correction:
+        if grpo is None or not grpo.async_grpo.enabled:
+            return grpo
+        if loss is not None and not loss.use_importance_sampling_correction:
             raise ValueError(
                 "grpo.async_grpo.enabled=true needs loss_fn.use_importance_sampling_correction="
                 "true: trajectories come from older weights and the loss must reweight them "
                 "(NeMo-RL requires it too)")
+        left_out = {  # NeMo-RL's async loop does none of these (async_grpo.py, choice 3)
+            "use_dynamic_sampling": grpo.use_dynamic_sampling,
+            "reward_scaling.enabled": grpo.reward_scaling.enabled,
+            "reward_shaping.enabled": grpo.reward_shaping.enabled,
+            "reuse_generation_logprobs": grpo.reuse_generation_logprobs,
+        }
+        for key, on in left_out.items():
+            if on:
+                raise ValueError(f"grpo.{key}=true with grpo.async_grpo.enabled=true: the async "
+                                 "loop does not support it (set it to false)")
         return grpo
 
     @field_validator("value")

@@ -21,14 +21,11 @@ Implementation choices:
 
 from __future__ import annotations
 
-import copy
-import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
 from pydantic import Field, model_validator
-from transformers import StoppingCriteria, StoppingCriteriaList
 
 from rlnb.algorithms.checks import choose
 from rlnb.algorithms.logprobs import token_logprobs
@@ -166,7 +163,7 @@ class HFGenerationBackend(GenerationBackend):
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.max_prompt_length = max_prompt_length
         self.weight_version = 0
-        self.interrupt: threading.Event | None = None  # once set, generate stops after a token
+        self.stopping_criteria = None  # extra ``StoppingCriteriaList`` (the async collector's)
 
     def refresh_weights(self, model: torch.nn.Module) -> None:
         """Nothing to load (the policy's own module samples); counts the version."""
@@ -202,8 +199,7 @@ class HFGenerationBackend(GenerationBackend):
             tokenizer=tok if cfg.stop_strings else None,
             return_dict_in_generate=True,
             output_logits=True,
-            stopping_criteria=(StoppingCriteriaList([_Interrupted(self.interrupt)])
-                               if self.interrupt is not None else None),
+            stopping_criteria=self.stopping_criteria,
         )
         self.model.train(was_training)
         response_ids = out.sequences[:, prompt_ids.shape[1] :].cpu()  # [B, R]
@@ -239,39 +235,6 @@ class HFGenerationBackend(GenerationBackend):
                     out[b] = n
                     break
         return out
-
-
-class _Interrupted(StoppingCriteria):
-    """Ends every row once ``event`` is set (a collector being stopped mid-generation)."""
-
-    def __init__(self, event: threading.Event):
-        self.event = event
-
-    def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool,
-                          device=input_ids.device)
-
-
-class HFCopyGenerationBackend(HFGenerationBackend):
-    """``HFGenerationBackend`` on a private copy of the policy's weights, reloaded by
-    ``refresh_weights``: the async loop's collector samples with it while the policy trains."""
-
-    shares_policy_weights = False
-    can_refit = True
-
-    def __init__(self, model, tokenizer, config: GenerationConfig, max_prompt_length=None):
-        # the tokenizer too: a fast tokenizer used from two threads at once can fail
-        super().__init__(copy.deepcopy(model), copy.deepcopy(tokenizer), config,
-                         max_prompt_length)
-        self.model.requires_grad_(False)
-
-    @torch.no_grad()
-    def refresh_weights(self, model: torch.nn.Module) -> None:
-        """Copy ``model``'s parameters and buffers into the private copy."""
-        for dst, src in zip(self.model.state_dict().values(), model.state_dict().values(),
-                            strict=True):
-            dst.copy_(src)
-        self.weight_version += 1
 
 
 GENERATION_BACKENDS = {"hf": HFGenerationBackend, "vllm": VLLMGenerationBackend}

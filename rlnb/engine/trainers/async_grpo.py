@@ -44,13 +44,14 @@ from typing import Any
 import torch
 
 from rlnb.algorithms.replay_buffer import AsyncGRPOConfig  # noqa: F401 - NeMo-RL's name, here too
-from rlnb.engine.batches import RolloutBatch, StepMetrics, concat_rollouts
-from rlnb.engine.models.generation import HFCopyGenerationBackend
+from rlnb.engine.batches import RolloutBatch, StepMetrics
 from rlnb.engine.trainers.collector import (
+    HFCopyGenerationBackend,
     TrajectoryCollector,
     new_buffer,
     rollout_from_dict,
 )
+from rlnb.engine.trainers.dynamic_sampling import concat_rollouts
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.engine.trainers.rollout import add_logprobs, reward_metrics, timer
 

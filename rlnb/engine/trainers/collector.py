@@ -39,6 +39,7 @@ Implementation choices:
 from __future__ import annotations
 
 import collections
+import copy
 import os
 import threading
 import time
@@ -47,9 +48,12 @@ from typing import Any
 
 import torch
 from pydantic import Field, model_validator
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from rlnb.algorithms.replay_buffer import AsyncGRPOConfig, ReplayBuffer, replay_buffer_capacity
-from rlnb.engine.batches import RolloutBatch, concat_rollouts
+from rlnb.engine.batches import RolloutBatch
+from rlnb.engine.models.generation import GenerationConfig, HFGenerationBackend
+from rlnb.engine.trainers.dynamic_sampling import concat_rollouts
 
 
 class AsyncLoopConfig(AsyncGRPOConfig):
@@ -67,6 +71,11 @@ class AsyncLoopConfig(AsyncGRPOConfig):
 
     @model_validator(mode="after")
     def _supported(self) -> AsyncLoopConfig:
+        changed = [k for k, f in type(self).model_fields.items()
+                   if k != "enabled" and getattr(self, k) != f.default]
+        if not self.enabled and changed:
+            raise ValueError("grpo.async_grpo.* settings need grpo.async_grpo.enabled=true (they "
+                             "would be ignored)")
         if self.max_trajectory_age_steps < 1:
             raise ValueError(
                 f"max_trajectory_age_steps={self.max_trajectory_age_steps}: must be >= 1 (0 "
@@ -143,8 +152,9 @@ class TrajectoryCollector:
             return
         self.stop_event.clear()
         self.error = None
-        if hasattr(self.generator, "interrupt"):
-            self.generator.interrupt = self.stop_event
+        if hasattr(self.generator, "stopping_criteria"):  # HF: stop mid-generation (choice 4)
+            self.generator.stopping_criteria = StoppingCriteriaList(
+                [_Interrupted(self.stop_event)])
         self.thread = threading.Thread(target=self._run, name="rlnb-trajectory-collector",
                                        daemon=True)
         self.thread.start()
@@ -298,6 +308,40 @@ class TrajectoryCollector:
             group.metrics.update(shape_metrics(group))  # the group's own lengths
             groups.append(group)
         return groups
+
+
+# ---------------------------------------------------------------------------------- generators
+class _Interrupted(StoppingCriteria):
+    """Ends every row once ``event`` is set (a collector being stopped mid-generation)."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool,
+                          device=input_ids.device)
+
+
+class HFCopyGenerationBackend(HFGenerationBackend):
+    """``HFGenerationBackend`` on a private copy of the policy's weights, reloaded by
+    ``refresh_weights``: the async loop's collector samples with it while the policy trains."""
+
+    shares_policy_weights = False
+    can_refit = True
+
+    def __init__(self, model, tokenizer, config: GenerationConfig, max_prompt_length=None):
+        # the tokenizer too: a fast tokenizer used from two threads at once can fail
+        super().__init__(copy.deepcopy(model), copy.deepcopy(tokenizer), config,
+                         max_prompt_length)
+        self.model.requires_grad_(False)
+
+    @torch.no_grad()
+    def refresh_weights(self, model: torch.nn.Module) -> None:
+        """Copy ``model``'s parameters and buffers into the private copy."""
+        for dst, src in zip(self.model.state_dict().values(), model.state_dict().values(),
+                            strict=True):
+            dst.copy_(src)
+        self.weight_version += 1
 
 
 # ---------------------------------------------------------------------------------- checkpoints

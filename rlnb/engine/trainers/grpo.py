@@ -118,31 +118,12 @@ class GRPOConfig(Config):
             raise ValueError(
                 f"grpo.num_generations_per_prompt=1 with grpo.adv_estimator.name={est.name!r}: "
                 "a group of one is its own baseline, so every advantage would be 0 (use G >= 2)")
-        self._async_fits()
         if est.name == "opd":
             raise ValueError(
                 "grpo.adv_estimator.name='opd' (on-policy distillation) needs a teacher model's "
                 "log-probs, and rlnb's trainers have no teacher model yet; the estimator itself "
                 "is rlnb.OnPolicyDistillationAdvantageEstimator")
         return self
-
-    def _async_fits(self) -> None:
-        a = self.async_grpo
-        if not a.enabled:
-            if a != AsyncLoopConfig():
-                raise ValueError("grpo.async_grpo.* settings need grpo.async_grpo.enabled=true "
-                                 "(they would be ignored)")
-            return
-        left_out = {  # NeMo-RL's async loop does none of these (async_grpo.py, choice 3)
-            "use_dynamic_sampling": self.use_dynamic_sampling,
-            "reward_scaling.enabled": self.reward_scaling.enabled,
-            "reward_shaping.enabled": self.reward_shaping.enabled,
-            "reuse_generation_logprobs": self.reuse_generation_logprobs,
-        }
-        for key, on in left_out.items():
-            if on:
-                raise ValueError(f"grpo.{key}=true with grpo.async_grpo.enabled=true: the async "
-                                 "loop does not support it (set it to false)")
 
     @property
     def normalize_rewards(self) -> bool:
