@@ -29,7 +29,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from rlnb.run.accelerator import auto_accelerator
+    from rlnb.run.accelerator import RankWatch, auto_accelerator
     from rlnb.run.session import TrainingRun
 
     items = list(args.items)
@@ -45,19 +45,33 @@ def _train(args: argparse.Namespace) -> int:
     if args.steps is not None and args.steps < 0:
         print(f"rlnb train: --steps must be >= 0, got {args.steps}", file=sys.stderr)
         return 2
+    watch = None
     try:
-        run = TrainingRun(
-            config,
-            overrides=overrides,
-            run_dir=args.resume or args.run_dir,
-            resume=bool(args.resume),
-            accelerator=auto_accelerator(),
-            progress=not args.no_progress,
-        )
-        summary = run.train(args.steps)
+        accelerator = auto_accelerator()
+        watch = RankWatch(accelerator)  # who is who, to name a rank that dies
+        with watch.stopped_by_launcher():
+            run = TrainingRun(
+                config,
+                overrides=overrides,
+                run_dir=args.resume or args.run_dir,
+                resume=bool(args.resume),
+                accelerator=accelerator,
+                progress=not args.no_progress,
+            )
+            summary = run.train(args.steps)
     except USER_ERRORS as err:
+        if watch is not None:
+            watch.report(err)
         print(f"rlnb train: {_message(err)}", file=sys.stderr)
         return 2
+    except Exception as err:  # a rank died: the others see a lost connection or SIGTERM
+        blame = watch.blame(err) if watch is not None else None
+        if blame is None:
+            if watch is not None:
+                watch.report(err)
+            raise
+        print(f"rlnb train: {blame}", file=sys.stderr, flush=True)
+        return 1
     # only after success: a barrier with a failed rank would wait until the gloo timeout
     run.close()
     if run.dist.is_main:
@@ -173,7 +187,7 @@ def _launch(args: argparse.Namespace) -> int:
                      parameters=params, kernel_name=args.kernel, progress=not args.no_progress)
         ranks = f"{args.num_processes} rank{'s' if args.num_processes > 1 else ''}"
         head = (f"{ranks} done in {res.seconds:.1f} s" if res.ok
-                else f"FAILED in {res.seconds:.1f} s")
+                else f"FAILED in {res.seconds:.1f} s: {res.error}")
         lines = [f"\nrlnb launch: {head}",
                  f"  run directory  {_show(res.run_dir)}",
                  f"  notebook       {_show(res.notebook)}  (rank 0)",

@@ -227,6 +227,123 @@ def test_a_killed_save_leaves_no_temp_folder_after_the_next_start(a_run, tmp_pat
     assert not list((run / "checkpoints").glob(".step_*"))
 
 
+# --- PPO (configs/ppo_tiny.yaml): its own sections, and resume of a run with a critic
+PPO = str(ROOT / "configs" / "ppo_tiny.yaml")
+PPO_SMALL = [
+    "policy.tiny.hidden_size=32", "policy.tiny.num_hidden_layers=1",
+    "policy.max_total_sequence_length=20", "policy.generation.max_new_tokens=4",
+    "policy.train_micro_batch_size=8", "policy.train_global_batch_size=16",
+    "value.train_micro_batch_size=8", "value.train_global_batch_size=16",
+    "ppo.num_prompts_per_step=4", "ppo.num_generations_per_prompt=4", "data.num_val=16",
+    "ppo.val_period=2", "ppo.max_val_samples=16", "ppo.max_num_steps=4",
+    "ppo.policy_training_start_step=0", "sft.max_steps=10", "sft.stop_at_accuracy=null",
+    "checkpointing.save_period=2",
+]  # fmt: skip
+
+PPO_ROWS = [
+    (["ppo.ppo_epochs=0"], "ppo.ppo_epochs"),
+    (["ppo.ppo_epochs=1.5"], "ppo.ppo_epochs"),
+    (["ppo.adv_estimator.name=grpo"], "'grpo' is a group estimator"),
+    (["ppo.adv_estimator.name=nope"], "nope"),
+    (["ppo.adv_estimator.gae_lambda=1.5"], "ppo.adv_estimator.gae_lambda"),
+    (["ppo.policy_training_start_step=9"], "ppo.policy_training_start_step=9 is beyond "
+                                           "ppo.max_num_steps=4"),
+    (["ppo.ppo_epoch=2"], "ppo.ppo_epoch: unknown key"),
+    (["value.nosuch=1"], "value.nosuch: unknown key"),
+    (["value.model_name=gpt2"], "value.model_name='gpt2'"),
+    (["value.train_global_batch_size=0"], "value.train_global_batch_size"),
+    (["value.optimizer.lr=0"], "value.optimizer.lr"),
+    (["value.max_grad_norm=-1"], "value.max_grad_norm"),  # was accepted: it flips gradients
+    (["value_loss_fn.scale=abc"], "value_loss_fn.scale"),
+    (["value_loss_fn.cliprange=-1"], "value_loss_fn.cliprange"),
+    (["value_loss_fn.clip=0.2"], "value_loss_fn.clip: unknown key"),
+    (["grpo.seed=1"], "grpo: a section of algorithm 'grpo', but algorithm is 'ppo'"),
+    (["loss_fn.reference_policy_kl_penalty=0.01"], "reference_policy_kl_penalty"),
+    (["algorithm=dpo"], "unknown training loop"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), PPO_ROWS, ids=lambda x: str(x)[:40])
+def test_rlnb_train_bad_ppo_input_exits_2_names_it_and_writes_nothing(args, fragment, tmp_path,
+                                                                      capsys):
+    before = files(tmp_path)
+    code = main(["train", PPO, "--no-progress", *PPO_SMALL, *args])
+    out = capsys.readouterr()
+    assert code == 2, out.err
+    assert fragment in out.err, out.err
+    assert "Traceback" not in out.err + out.out
+    assert len(out.err.strip().splitlines()) <= 3, out.err
+    assert files(tmp_path) == before
+
+
+@pytest.fixture(scope="module")
+def a_ppo_run(tmp_path_factory):
+    """A finished 4-step PPO run with checkpoints (policy and critic) at steps 2 and 4."""
+    root = tmp_path_factory.mktemp("a_ppo_run")
+    TrainingRun(PPO, overrides=PPO_SMALL, run_dir=root / "run", progress=False,
+                log=lambda *a: None).train()
+    assert (root / "run/checkpoints/step_000004/value/model.safetensors").is_file()
+    return root / "run"
+
+
+def damage_critic_truncated(run):
+    p = run / "checkpoints/step_000004/value/model.safetensors"
+    p.write_bytes(p.read_bytes()[:100])
+
+
+def damage_critic_optimizer(run):
+    (run / "checkpoints/step_000004/value_optimizer.pt").write_bytes(b"not a torch file")
+
+
+def damage_critic_optimizer_missing(run):
+    (run / "checkpoints/step_000004/value_optimizer.pt").unlink()
+
+
+def damage_critic_folder_missing(run):
+    shutil.rmtree(run / "checkpoints/step_000004/value")
+
+
+def damage_critic_of_another_shape(run):
+    """A critic whose head was saved with another width (a checkpoint of another run)."""
+    from safetensors.torch import load_file, save_file
+
+    p = run / "checkpoints/step_000004/value/model.safetensors"
+    state = load_file(p)
+    name = next(k for k in state if k.endswith("weight") and state[k].ndim == 2)
+    state[name] = torch.zeros(state[name].shape[0] + 1, state[name].shape[1])
+    save_file(state, p)
+
+
+PPO_RESUME_ROWS = [
+    (damage_critic_truncated, [], "value/model.safetensors is unreadable or truncated"),
+    (damage_critic_truncated, [], "the latest intact one is step_000002"),
+    (damage_critic_optimizer, [], "value_optimizer.pt is unreadable"),
+    (damage_critic_optimizer_missing, [], "value_optimizer.pt is missing"),
+    (damage_critic_folder_missing, [], "holds no 'value'"),
+    (damage_critic_of_another_shape, [], "shape mismatch"),
+    (damage_rng_missing, [], "rng_state.pt is missing"),
+    (None, ["ppo.ppo_epochs=3"], "ppo.ppo_epochs"),
+    (None, ["value.optimizer.lr=0.1"], "value.optimizer.lr"),
+]
+
+
+@pytest.mark.parametrize(("damage", "extra", "fragment"), PPO_RESUME_ROWS,
+                         ids=lambda x: getattr(x, "__name__", str(x))[:30])
+def test_resume_of_a_damaged_ppo_run_names_the_file_and_exits_2(damage, extra, fragment,
+                                                                a_ppo_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(a_ppo_run, run)
+    if damage is not None:
+        damage(run)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    code = main(["train", "--resume", str(run), "--no-progress", *extra])
+    out = capsys.readouterr()
+    assert code == 2, out.err
+    assert fragment in out.err and "Traceback" not in out.err + out.out, out.err
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert after == before  # nothing written, nothing dropped
+
+
 # --- rlnb verify
 VERIFY_ROWS = [
     (["not-a-run"], "not a run directory"),
@@ -278,6 +395,12 @@ def tiny_trainer():
     return rlnb.GRPOTrainer(rlnb.load_config(None, preset="fast"))
 
 
+def ppo_advantages(estimator):
+    t = rlnb.PPOTrainer(rlnb.load_config(PPO, ["sft.enabled=false"], preset="fast"))
+    batch = t.rollout()
+    return t.compute_advantages(batch, t.compute_values(batch), estimator)
+
+
 def loss_call(**change):
     B, T = 2, 3
     args = dict(logprobs=torch.full((B, T), -1.0), prev_logprobs=torch.full((B, T), -1.0),
@@ -312,6 +435,13 @@ API_ROWS = [
     (lambda: tiny_trainer().reconfigure({"loss_fn.reference_policy_kl_penalty": 0.1}),
      ValueError, "reference model"),
     (lambda: list(tiny_trainer().train(-1)), ValueError, "num_steps"),
+    (lambda: rlnb.PPOTrainer(42), TypeError, "load_config"),
+    (lambda: rlnb.PPOTrainer(rlnb.load_config(None, preset="fast")), ValueError,
+     "PPOTrainer needs a config with algorithm: ppo"),
+    (lambda: rlnb.GRPOTrainer(rlnb.load_config(PPO, preset="fast")), ValueError,
+     "GRPOTrainer needs a config with algorithm: grpo; this one has algorithm: 'ppo'"),
+    (lambda: ppo_advantages({"name": "grpo"}), ValueError, "group estimator"),
+    (lambda: ppo_advantages({"gae_lambda": 2.0}), ValueError, "gae_lambda"),
 ]
 
 
@@ -332,5 +462,6 @@ def test_the_cli_prints_no_traceback_in_a_real_process(tmp_path):
 
 
 def test_the_table_has_at_least_60_rows():
-    rows = TRAIN_ROWS + RESUME_ROWS + VERIFY_ROWS + NOTEBOOK_ROWS + API_ROWS
+    rows = (TRAIN_ROWS + RESUME_ROWS + PPO_ROWS + PPO_RESUME_ROWS + VERIFY_ROWS + NOTEBOOK_ROWS
+            + API_ROWS)
     assert len(rows) >= 60, len(rows)

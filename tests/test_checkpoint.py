@@ -11,11 +11,13 @@ from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
 from rlnb.run.checkpoint import (
     CheckpointingConfig,
     capture_rng_state,
+    checkpoint_problem,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
     restore_rng_state,
     save_checkpoint,
+    saved_rng_ranks,
 )
 
 
@@ -169,6 +171,55 @@ def test_rng_capture_restore_roundtrip():
     first = _draws()
     restore_rng_state(state)
     assert _draws() == first
+
+
+def _rank_states(seeds):
+    """``capture_rng_state()`` after seeding every generator with each of ``seeds`` (the states
+    of several ranks, which seed by rank)."""
+    states = []
+    for seed in seeds:
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        states.append(capture_rng_state())
+    return states
+
+
+def test_each_rank_restores_its_own_rng_state(tmp_path):
+    tok, model, opt, _, _ = _trained()
+    states = _rank_states([11, 22, 33])
+    expected = []
+    for s in states:
+        restore_rng_state(s)
+        expected.append(_draws())
+    assert len({str(e) for e in expected}) == 3  # the ranks' streams really differ
+    path = save_checkpoint(tmp_path, 1, model=model, optimizer=opt, rng_states=states,
+                           trainer_state=_state(1, data_position={"consumed_prompts": 8}))
+    names = {p.name for p in path.iterdir()}
+    assert {"rng_state.pt", "rng_state_rank1.pt", "rng_state_rank2.pt"} <= names
+    assert saved_rng_ranks(path) == 3 and checkpoint_problem(path) is None
+    for rank in (2, 0, 1):
+        torch.manual_seed(99)  # whatever this process drew before the resume
+        load_checkpoint(path, model=model, optimizer=opt, rank=rank)
+        assert _draws() == expected[rank], f"rank {rank} did not get its own state back"
+    (path / "rng_state_rank2.pt").write_bytes(b"garbage")
+    assert "rng_state_rank2.pt is unreadable" in checkpoint_problem(path)
+
+
+def test_a_one_file_checkpoint_still_loads_on_every_rank_with_a_warning(tmp_path):
+    """Checkpoints written before per-rank states (or by one process) hold rng_state.pt only."""
+    tok, model, opt, _, _ = _trained()
+    (state,) = _rank_states([5])
+    path = save_checkpoint(tmp_path, 1, model=model, optimizer=opt, trainer_state=_state(1),
+                           rng_states=[state])
+    assert not list(path.glob("rng_state_rank*")) and saved_rng_ranks(path) == 1
+    restore_rng_state(state)
+    rank0 = _draws()
+    load_checkpoint(path, model=model, optimizer=opt)  # rank 0: its own, silently
+    assert _draws() == rank0
+    with pytest.warns(UserWarning, match="no RNG state for rank 1 .*restores rank 0's"):
+        load_checkpoint(path, model=model, optimizer=opt, rank=1)
+    assert _draws() == rank0
 
 
 def test_checkpointing_config_defaults_and_validation(tmp_path):

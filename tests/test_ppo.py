@@ -359,7 +359,19 @@ def test_a_resumed_ppo_run_repeats_the_uninterrupted_run_exactly(tmp_path):
                           "total_valid_tokens", "val_reward"}
     from rlnb.run.verify import verify_run  # `rlnb verify` replays a PPO run too
 
-    assert verify_run(tmp_path / "full", 2, log=lambda *a: None).exact
+    report = verify_run(tmp_path / "full", 2, log=lambda *a: None)
+    assert report.exact and report.weights_checked
+    # made to differ in the critic only: the replay must compare the value model's weights too
+    from safetensors.torch import load_file, save_file
+
+    saved = tmp_path / "full" / "checkpoints" / "step_000004" / "value" / "model.safetensors"
+    weights = load_file(saved)
+    name = sorted(weights)[-1]
+    weights[name] = weights[name] + 1e-6
+    save_file(weights, saved)
+    report = verify_run(tmp_path / "full", 2, log=lambda *a: None)
+    assert not report.exact
+    assert report.first_difference == f"step 4, value weights: 1 tensors differ (e.g. {name})"
 
 
 def test_rlnb_train_picks_the_loop_from_the_config(tmp_path, capsys):

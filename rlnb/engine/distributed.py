@@ -3,7 +3,9 @@
 Implementation choices:
 1) A single process is the default: every collective is the identity, so notebooks and tests
    need no process group. With an ``accelerate.Accelerator`` the same calls reduce across ranks.
-2) Prompts are sharded by rank (whole GRPO groups stay on one rank, so per-group baselines need
+2) FSDP is refused where accelerate does not apply it (CPU processes): the launcher's
+   ``ACCELERATE_USE_FSDP`` would otherwise be ignored and the run silently be plain DDP.
+3) Prompts are sharded by rank (whole GRPO groups stay on one rank, so per-group baselines need
    no communication); valid-token/sequence counts are summed over ranks *before* the loss, and
    each rank's loss is multiplied by the world size to undo DDP's gradient averaging
    (docs/algorithms.md#global-normalisation).
@@ -32,6 +34,15 @@ class Distributed:
                 "machine without GPUs create it with Accelerator(cpu=True) (or set "
                 "ACCELERATE_USE_CPU=1), otherwise every process trains alone as rank 0"
             )
+        kind = str(getattr(accelerator, "distributed_type", "")).rsplit(".", 1)[-1]
+        if accelerator is not None and kind != "FSDP" and \
+                os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+            # accelerate (1.x) turns FSDP on for GPU-type processes only; with cpu=True it
+            # keeps MULTI_CPU and wraps the model in plain DDP, whatever the launcher asked
+            raise ValueError(
+                f"FSDP (ACCELERATE_USE_FSDP=true, as configs/accelerate/fsdp.yaml sets) works on "
+                f"GPUs only: accelerate runs these processes as {kind} and would train plain "
+                "DDP; on CPU launch with configs/accelerate/cpu_2proc.yaml")
 
     @property
     def is_main(self) -> bool:
@@ -68,6 +79,16 @@ class Distributed:
         gathered = self.accelerator.gather(values.to(self.accelerator.device)[None]).cpu()
         per_rank = [dict(zip(keys, row.tolist())) for row in gathered]  # W dicts
         return combine_metrics(per_rank, default=default, mean_keys=mean_keys)
+
+    def gather_object(self, obj) -> list:
+        """Every rank's ``obj`` (any picklable value), in rank order, on every rank."""
+        if self.world_size == 1:
+            return [obj]
+        import torch.distributed as torch_dist
+
+        out: list = [None] * self.world_size
+        torch_dist.all_gather_object(out, obj)
+        return out
 
     def shard(self, items: list) -> list:
         """This rank's contiguous share of ``items`` (length must divide evenly)."""

@@ -4,7 +4,8 @@
       model/               save_pretrained: config.json + *.safetensors (+ tokenizer files)
       optimizer.pt         {"optimizer": optimizer.state_dict(), "scheduler": ... or None}
       trainer_state.json   NeMo-RL's GRPOSaveState fields + "data_position"
-      rng_state.pt         python random, numpy, torch CPU (and CUDA) generator states
+      rng_state.pt         python random, numpy, torch CPU (and CUDA) generator states (rank 0)
+      rng_state_rank<R>.pt the same for rank R > 0 of a run with several processes
       <part>/, <part>_optimizer.pt   any other trained module of the loop (PPO's critic)
 
 Implementation choices:
@@ -20,7 +21,12 @@ Implementation choices:
    plus ``data_position``, the caller's opaque JSON description of where its data loader is.
    Other keys a trainer adds are kept.
 4) The RNG states are restored too: without them a resumed run samples different completions
-   from step k+1 on and the reproducibility check of DESIGN.md cannot pass.
+   from step k+1 on and the reproducibility check of DESIGN.md cannot pass. Every rank draws
+   from its own streams (seeded by rank), so each rank's state is saved (gathered to rank 0,
+   which writes them) and each rank restores its own. ``rng_state.pt`` keeps the one-process
+   layout, so checkpoints written before per-rank states, or by one process, still load; a rank
+   with no file of its own restores rank 0's, with a warning (its samples then differ from the
+   uninterrupted run's).
 5) ``.pt`` files are loaded with ``weights_only=True`` (no pickle code execution); the numpy RNG
    state is therefore stored as plain ints rather than an array.
 6) ``keep_top_k`` keeps the last k checkpoints by step (NeMo-RL ranks by a validation metric;
@@ -121,7 +127,11 @@ def checkpoint_problem(path: str | Path) -> str | None:
                     handle.get_slice(key)  # header offsets against the file's size
         except Exception as err:  # safetensors raises its own and OS errors
             return f"{f.relative_to(path)} is unreadable or truncated ({type(err).__name__}: {err})"
-    for name in ["optimizer.pt", "rng_state.pt", *(p.name for p in path.glob("*_optimizer.pt"))]:
+    parts = [f.parent.name for f in sorted(path.glob("*/model.safetensors"))
+             if f.parent.name != "model"]  # PPO's value (model/ is the policy's)
+    names = ["optimizer.pt", "rng_state.pt", *(f"{part}_optimizer.pt" for part in parts),
+             *sorted(p.name for p in path.glob("rng_state_rank*.pt"))]
+    for name in dict.fromkeys(names):
         try:
             torch.load(path / name, map_location="cpu", weights_only=True)
         except FileNotFoundError:
@@ -164,6 +174,20 @@ def capture_rng_state() -> dict[str, Any]:
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }
+
+
+def rng_state_file(rank: int) -> str:
+    """The file holding ``rank``'s RNG states in a checkpoint (rank 0: the one-process name)."""
+    return "rng_state.pt" if rank == 0 else f"rng_state_rank{rank}.pt"
+
+
+def saved_rng_ranks(path: str | Path) -> int:
+    """How many ranks' RNG states the checkpoint at ``path`` holds (1 for a one-process run or
+    a checkpoint from before per-rank states)."""
+    n = 1
+    while (Path(path) / rng_state_file(n)).is_file():
+        n += 1
+    return n
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
@@ -216,12 +240,15 @@ def save_checkpoint(
     trainer_state: dict[str, Any],
     keep_last: int | None = None,
     extra: Mapping[str, tuple[torch.nn.Module, Any, Any]] | None = None,
+    rng_states: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write ``ckpt_root/step_XXXXXX/`` atomically, prune to ``keep_last``; returns its path.
 
     ``model`` is a Hugging Face ``PreTrainedModel`` (unwrapped, not a DDP/accelerate wrapper).
     ``extra`` maps a name to another trained ``(module, optimizer, scheduler)`` of the loop
     (PPO's critic), saved as ``<name>/model.safetensors`` and ``<name>_optimizer.pt``.
+    ``rng_states``: every rank's ``capture_rng_state()``, in rank order (several processes);
+    None saves this process's.
     """
     _check_trainer_state(trainer_state)
     if keep_last is not None and keep_last < 1:
@@ -229,7 +256,10 @@ def save_checkpoint(
     if not hasattr(model, "save_pretrained"):
         raise TypeError(f"model must be a Hugging Face PreTrainedModel (has save_pretrained); got "
                         f"{type(model).__name__} (unwrap accelerate/DDP wrappers first)")
-    rng = capture_rng_state()  # first: nothing below may draw before the state is recorded
+    # first: nothing below may draw before the state is recorded
+    rng = [capture_rng_state()] if rng_states is None else list(rng_states)
+    if not rng:
+        raise ValueError("rng_states must hold one state per rank, got an empty list")
     final = step_dir(ckpt_root, step)
     with atomic_dir(final) as tmp:
         # save_pretrained writes safetensors (the only format in transformers 5, the default
@@ -242,7 +272,8 @@ def save_checkpoint(
         torch.save({"optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict() if scheduler is not None else None},
                    tmp / "optimizer.pt")
-        torch.save(rng, tmp / "rng_state.pt")
+        for rank, state in enumerate(rng):
+            torch.save(state, tmp / rng_state_file(rank))
         for name, (module, opt, sched) in (extra or {}).items():
             (tmp / name).mkdir()
             state = {}
@@ -322,9 +353,10 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: Any | None = None,
     extra: Mapping[str, tuple[torch.nn.Module, Any, Any]] | None = None,
+    rank: int = 0,
 ) -> dict[str, Any]:
     """Restore ``model`` (in place), optimizer, scheduler, the ``extra`` modules (see
-    ``save_checkpoint``) and RNG states from a step directory.
+    ``save_checkpoint``) and RNG states (``rank``'s own, choice 4) from a step directory.
 
     Returns the trainer state dict (GRPOSaveState keys + ``data_position``).
     """
@@ -349,5 +381,11 @@ def load_checkpoint(
         opt.load_state_dict(states["optimizer"])
         if sched is not None and states["scheduler"] is not None:
             sched.load_state_dict(states["scheduler"])
-    restore_rng_state(torch.load(path / "rng_state.pt", map_location="cpu", weights_only=True))
+    rng_file = path / rng_state_file(rank)
+    if not rng_file.is_file():
+        warnings.warn(f"{path} holds no RNG state for rank {rank} ({rng_file.name}; it was saved "
+                      f"by {saved_rng_ranks(path)} process(es)): this rank restores rank 0's, so "
+                      "its samples will differ from the uninterrupted run's", stacklevel=2)
+        rng_file = path / rng_state_file(0)
+    restore_rng_state(torch.load(rng_file, map_location="cpu", weights_only=True))
     return json.loads((path / "trainer_state.json").read_text())

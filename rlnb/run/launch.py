@@ -15,6 +15,12 @@ Implementation choices:
 3) Rank 0's notebook is the record (and the only one exported to HTML); the others go to
    ``ranks/``. The run failed if any rank's notebook holds an error, or if accelerate exited
    non-zero with no rank to blame.
+4) When one rank dies the others fail too (a lost connection, the gloo timeout, or the
+   launcher's SIGTERM), so the first error in rank order is usually a consequence. Each rank
+   leaves ``ranks/rank<R>.status.json`` (its error, when, and whether it only lost a peer);
+   the rank blamed is the first whose error is its own (a kernel that died says by which
+   signal), else the root cause torch's launcher reports (a rank process that was killed
+   leaves no status), else the first to fail.
 """
 
 from __future__ import annotations
@@ -22,9 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -84,22 +93,91 @@ def launch(notebook: str | Path, num_processes: int, *, run_dir: str | Path | No
     if not progress:
         args.append("--no-progress")
     start = time.perf_counter()
-    proc = subprocess.run(launch_command(num_processes, args))
+    returncode, launcher_tail = _run_teeing_stderr(launch_command(num_processes, args))
     seconds = time.perf_counter() - start
     notebooks = [rank_notebook(path, r) for r in range(num_processes)]
+    statuses = {r: s for r in range(num_processes) if (s := _read_status(path, r))}
     errors = {}
     for rank, nb_path in enumerate(notebooks):
         err = notebook_error(nb_path) if nb_path.is_file() else "wrote no notebook"
+        if rank in statuses and (not err or not statuses[rank]["lost_peer"]):
+            err = statuses[rank]["error"]  # its own account is more precise (a kernel's signal)
         if err:
             errors[rank] = err
-    if proc.returncode and not errors:
-        errors[-1] = f"accelerate launch exited with {proc.returncode}"
+    root = _root_cause(statuses, launcher_tail) if returncode or errors else None
+    if root is not None:  # choice 4: the rank that failed first leads
+        errors = {root[0]: root[1], **{r: e for r, e in errors.items() if r != root[0]}}
+    if returncode and not errors:
+        errors[-1] = f"accelerate launch exited with {returncode}"
     html = _export(path / NOTEBOOK, path / HTML, f"{nb.stem}: {path.name}")
     first = next(iter(errors.items()), None)
     error = None if first is None else (
-        first[1] if first[0] < 0 else f"rank {first[0]}: {first[1]}")
+        first[1] if first[0] < 0 else f"rank {first[0]} failed first: {first[1]}")
     return LaunchResult(path, path / NOTEBOOK, html, not errors, error, seconds, notebooks,
-                        errors, proc.returncode)
+                        errors, returncode)
+
+
+def _run_teeing_stderr(cmd: list[str], keep: int = 20_000) -> tuple[int, str]:
+    """Run ``cmd`` with its output shown as it comes; returns its exit code and the last
+    ``keep`` characters of its stderr (where torch's launcher reports the failed rank)."""
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    tail = bytearray()
+
+    def pump():  # raw chunks, not lines: progress bars redraw with \r
+        while chunk := os.read(proc.stderr.fileno(), 65536):
+            sys.stderr.buffer.write(chunk)
+            sys.stderr.buffer.flush()
+            tail.extend(chunk)
+            del tail[:-keep]
+
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    returncode = proc.wait()
+    thread.join(timeout=5)
+    return returncode, tail.decode(errors="replace")
+
+
+# torch.distributed.elastic's ChildFailedError report: "Root Cause (first observed failure):"
+# then "rank : 1 (local_rank: 1)", "exitcode : -9 (pid: 123)", "traceback : Signal 9 ..."
+_ROOT_CAUSE = re.compile(r"Root Cause.*?\brank\s*:\s*(\d+).*?\bexitcode\s*:\s*(-?\d+)", re.S)
+
+
+def _root_cause(statuses: dict[int, dict], launcher_tail: str) -> tuple[int, str] | None:
+    """``(rank, why)`` of the rank that failed first (choice 4), or None if none is known."""
+    from rlnb.run.notebooks import exit_status
+
+    own = sorted((s["time"], r) for r, s in statuses.items() if not s["lost_peer"])
+    if own:
+        return own[0][1], statuses[own[0][1]]["error"]
+    match = _ROOT_CAUSE.search(launcher_tail)
+    if match:
+        rank, code = int(match.group(1)), int(match.group(2))
+        was = "was " if code < 0 else ""
+        return rank, f"its process {was}{exit_status(code)} (torch's launcher's root cause)"
+    if statuses:
+        first = min(statuses, key=lambda r: statuses[r]["time"])
+        return first, statuses[first]["error"]
+    return None
+
+
+def _status_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / RANKS / f"rank{rank}.status.json"
+
+
+def _write_status(run_dir: Path, rank: int, error: str, lost: bool | None = None) -> None:
+    from rlnb.run.accelerator import lost_peer
+
+    lost = lost_peer(error) if lost is None else lost
+    status = {"rank": rank, "error": error, "time": time.time(), "lost_peer": lost}
+    _status_path(run_dir, rank).write_text(json.dumps(status) + "\n")
+
+
+def _read_status(run_dir: Path, rank: int) -> dict | None:
+    try:
+        status = json.loads(_status_path(run_dir, rank).read_text())
+    except (OSError, ValueError):
+        return None
+    return status if {"error", "time", "lost_peer"} <= set(status) else None
 
 
 def _rank_main(argv: Sequence[str] | None = None) -> int:
@@ -117,9 +195,19 @@ def _rank_main(argv: Sequence[str] | None = None) -> int:
     out = rank_notebook(Path(args.run_dir), r)
     out.parent.mkdir(parents=True, exist_ok=True)
     nb = Path(args.notebook)
+    run_dir = Path(args.run_dir)
+
+    def stopped(signum, frame):  # torch's launcher ends the others when one rank exits
+        _write_status(run_dir, r, "stopped by the launcher (SIGTERM) after another rank exited",
+                      lost=True)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, stopped)
     error = _execute(nb, out, json.loads(args.parameters), kernel_name=args.kernel,
                      cwd=nb.parent, progress=r == 0 and not args.no_progress)
     if error:
+        _write_status(run_dir, r, error)
         print(f"rank {r}: {error}", file=sys.stderr, flush=True)
     return 1 if error else 0
 

@@ -36,6 +36,7 @@ import keyword
 import math
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -228,10 +229,21 @@ def _this_python_kernel_manager():
     curve = hasattr(AsyncKernelManager, "transport_encryption") and zmq.has("curve")
 
     class ThisPythonKernelManager(AsyncKernelManager):
+        exit_codes: list[int] = []  # a kernel found dead: its exit status (-N: signal N)
+
         @default("kernel_spec_manager")
         def _kernel_spec_manager_default(self):
             # no kernel dirs: "python3" resolves to ipykernel's built-in spec for this interpreter
             return KernelSpecManager(kernel_dirs=[])
+
+        async def is_alive(self) -> bool:
+            # nbclient asks this while it waits for a cell; the process's exit status is only
+            # visible here, before the manager cleans the kernel up (it says *why* it died)
+            provisioner = self.provisioner if self.has_kernel else None
+            code = await provisioner.poll() if provisioner is not None else None
+            if code is not None and provisioner.process is not None:
+                type(self).exit_codes.append(code)
+            return await super().is_alive()
 
         if curve:
             @default("transport_encryption")
@@ -258,8 +270,20 @@ def _execute(notebook, output: Path, parameters: dict, *, kernel_name: str | Non
     except PapermillExecutionError as err:
         return _error_line(err.exec_count, err.ename, err.evalue)
     except Exception as err:  # the kernel died or did not start: a failed run, not a crash
-        return f"{type(err).__name__}: {_one_line(str(err))}"
+        codes = getattr(kernel.get("kernel_manager_class"), "exit_codes", [])
+        died = f" ({exit_status(codes[-1])})" if codes else ""
+        return f"{type(err).__name__}: {_one_line(str(err))}{died}"
     return None
+
+
+def exit_status(code: int) -> str:
+    """A process's exit status in words: ``-9`` -> ``killed by SIGKILL``."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
 
 
 @contextlib.contextmanager

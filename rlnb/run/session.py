@@ -10,7 +10,9 @@ Implementation choices:
    (``log``): metrics to every logger, the step's token-level rollouts to
    ``rollouts/step_XXXXXX.parquet``, a checkpoint every ``checkpointing.save_period`` steps.
    A step taken stage by stage in a notebook is logged the same way (``run.log(metrics)``).
-2) Only the main process writes (config, metrics.jsonl, rollouts, checkpoints, loggers).
+2) Only the main process writes (config, metrics.jsonl, rollouts, checkpoints, loggers). A
+   checkpoint holds every rank's RNG states (gathered to rank 0), so ``save`` and ``log`` are
+   called on every rank, and a run resumed on as many ranks repeats every rank's samples.
 3) Construction warm-starts the policy (cached on disk, ``warm_start_cache.py``); its repr says
    what it did: run directory, warm start (loaded or run), what has been written.
 4) Resume continues from the run directory's own ``config.yaml`` (overrides may change only
@@ -32,18 +34,21 @@ from __future__ import annotations
 import math
 import shutil
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rlnb.engine.batches import StepMetrics
 from rlnb.run.checkpoint import (
+    capture_rng_state,
     checkpoint_problem,
     clean_partial_saves,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
     save_checkpoint,
+    saved_rng_ranks,
 )
 from rlnb.run.master_config import MasterConfig, load_config
 
@@ -129,6 +134,10 @@ class TrainingRun:
         return self.config.checkpointing.resolve_dir(self.path)
 
     def save(self) -> Path | None:
+        """Checkpoint the current step; rank 0 writes it (a collective: call it on every rank).
+        Returns the step directory (None on the other ranks)."""
+        # each rank samples from its own RNG streams: all of them go into the checkpoint
+        rng_states = self.dist.gather_object(capture_rng_state())
         if not self.dist.is_main:
             return None
         t, c = self.trainer, self.config.checkpointing
@@ -136,6 +145,7 @@ class TrainingRun:
             self.checkpoint_root, t.step_count, model=t.policy.model, optimizer=t.policy.optimizer,
             scheduler=t.policy.scheduler, tokenizer=t.policy.tokenizer,
             trainer_state=t.state(), keep_last=c.keep_top_k, extra=t.checkpoint_parts(),
+            rng_states=rng_states,
         )
 
     def _resume(self) -> None:
@@ -155,7 +165,8 @@ class TrainingRun:
         t = self.trainer
         try:
             state = load_checkpoint(ckpt, model=t.policy.model, optimizer=t.policy.optimizer,
-                                    scheduler=t.policy.scheduler, extra=t.checkpoint_parts())
+                                    scheduler=t.policy.scheduler, extra=t.checkpoint_parts(),
+                                    rank=self.dist.rank)
         except (KeyError, RuntimeError) as err:
             raise ValueError(f"cannot resume {self.path}: checkpoint {ckpt.name} does not fit "
                              f"this run ({type(err).__name__}: {err})") from None
@@ -167,23 +178,27 @@ class TrainingRun:
                 self.accuracy_before = first[0].get("validation/accuracy")
         if self.dist.is_main:
             self.log_line(f"resumed from {ckpt} (step {t.step_count})")
+            saved_ranks = saved_rng_ranks(ckpt)
+            if saved_ranks != self.dist.world_size:
+                warnings.warn(f"{ckpt.name} was saved by {saved_ranks} process(es) and resumes on "
+                              f"{self.dist.world_size}: the steps after it will not repeat the "
+                              "uninterrupted run's", stacklevel=2)
 
     # ------------------------------------------------------------------ logging
     def log(self, metrics: StepMetrics | dict[str, Any]) -> None:
         """Log one record: metrics to every logger, the step's rollouts, a checkpoint at
-        ``save_period`` (main process only)."""
+        ``save_period`` (written by the main process; call it on every rank, choice 2)."""
         step = int(metrics.get("step", self.trainer.step_count))
         if step == 0 and self.accuracy_before is None:
             self.accuracy_before = metrics.get("validation/accuracy")
-        if self.run_dir is None:
-            return
-        values = {k: v for k, v in metrics.items() if k != "step"}
-        self._loggers_open = True  # a writer closed by an earlier train() reopens on write
-        for logger in self.loggers:  # the first writes metrics.jsonl
-            logger.log(values, step)
-        rollout = getattr(metrics, "rollout", None)
-        if self.config.logger.log_rollouts and rollout is not None:
-            self.run_dir.write_rollouts(step, rollout_table(rollout, metrics.advantages))
+        if self.run_dir is not None:
+            values = {k: v for k, v in metrics.items() if k != "step"}
+            self._loggers_open = True  # a writer closed by an earlier train() reopens on write
+            for logger in self.loggers:  # the first writes metrics.jsonl
+                logger.log(values, step)
+            rollout = getattr(metrics, "rollout", None)
+            if self.config.logger.log_rollouts and rollout is not None:
+                self.run_dir.write_rollouts(step, rollout_table(rollout, metrics.advantages))
         c = self.config.checkpointing
         if (getattr(metrics, "trained", False) and c.enabled and c.should_save(step)):
             self.save()

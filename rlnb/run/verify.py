@@ -5,8 +5,8 @@
 
 What is compared, step by step, against what the run logged: every metric of ``metrics.jsonl``
 (timings excepted: wall-clock), the rollouts' token ids, rewards and advantages (when the run
-logged rollouts), and at the end the weights, against the checkpoint of the last replayed step
-when the run saved one.
+logged rollouts), and at the end the weights (the policy's, and the loop's other trained modules:
+PPO's critic), against the checkpoint of the last replayed step when the run saved one.
 
 Implementation choices:
 1) The replay builds the trainer from the run's own ``config.yaml`` (the loop it names), warms
@@ -17,6 +17,8 @@ Implementation choices:
    Validation samples on its own random state, so it never changes what training draws.
 3) The first difference (step, key, logged value, replayed value) is reported; a replay that
    matches everywhere is "bit-exact".
+4) A run trained on several processes is refused: each rank sampled from its own RNG states,
+   and one process cannot replay them (resuming on as many ranks repeats its steps).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
         checkpoint_problem,
         list_checkpoints,
         load_checkpoint,
+        saved_rng_ranks,
         step_dir,
     )
     from rlnb.run.master_config import load_config
@@ -98,6 +101,11 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
     problem = checkpoint_problem(ckpts[k])
     if problem:
         raise ValueError(f"checkpoint {ckpts[k].name} is corrupt ({problem})")
+    ranks = saved_rng_ranks(ckpts[k])
+    if ranks > 1:  # one process cannot replay what each of several ranks sampled
+        raise ValueError(f"{run_dir} was trained on {ranks} processes and rlnb verify replays "
+                         f"in one; resume it on {ranks} ranks (rlnb train --resume under "
+                         "accelerate launch) to repeat its steps")
     logged = {r["step"]: r for r in read_metrics_file(run_dir / RunDir.METRICS)
               if "train/loss" in r or "train/reward" in r}
     available = sorted(s for s in logged if s > k)
@@ -152,13 +160,18 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
     if last in ckpts and report.exact:
         from safetensors.torch import load_file
 
-        saved = {}
-        for f in sorted((step_dir(root, last) / "model").glob("*.safetensors")):
-            saved.update(load_file(f))
-        mine = trainer.policy.model.state_dict()
+        modules = {"model": trainer.policy.model,  # and the loop's other parts (PPO: value)
+                   **{name: part[0] for name, part in trainer.checkpoint_parts().items()}}
         report.weights_checked = True
-        wrong = [name for name, t in saved.items() if not torch.equal(t, mine[name].cpu())]
-        if wrong:
-            report.first_difference = (f"step {last}, weights: {len(wrong)} tensors differ "
-                                       f"(e.g. {wrong[0]})")
+        for folder, module in modules.items():
+            saved = {}
+            for f in sorted((step_dir(root, last) / folder).glob("*.safetensors")):
+                saved.update(load_file(f))
+            mine = module.state_dict()
+            wrong = [name for name, t in saved.items() if not torch.equal(t, mine[name].cpu())]
+            if wrong:
+                what = "weights" if folder == "model" else f"{folder} weights"
+                report.first_difference = (f"step {last}, {what}: {len(wrong)} tensors differ "
+                                           f"(e.g. {wrong[0]})")
+                break
     return report

@@ -79,7 +79,8 @@ class PolicyConfig(Config):
     train_micro_batch_size: int = Field(64, ge=1, description="Rows per forward/backward.")
     logprob_batch_size: int = Field(128, ge=1, description="Rows per log-prob forward.")
     max_total_sequence_length: int = Field(64, ge=2, description="Prompt + response tokens.")
-    max_grad_norm: float | None = Field(1.0, description="Gradient clipping; None disables.")
+    max_grad_norm: float | None = Field(
+        1.0, gt=0, description="Gradient clipping (max global norm); None disables.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
 

@@ -44,7 +44,8 @@ class ValueConfig(Config):
     train_global_batch_size: int = Field(256, ge=1, description="Rows per critic optimizer step.")
     train_micro_batch_size: int = Field(64, ge=1, description="Rows per forward/backward.")
     logprob_batch_size: int = Field(128, ge=1, description="Rows per value-inference forward.")
-    max_grad_norm: float | None = Field(1.0, description="Gradient clipping; None disables.")
+    max_grad_norm: float | None = Field(
+        1.0, gt=0, description="Gradient clipping (max global norm); None disables.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
 
 
