@@ -395,8 +395,17 @@ def tiny_trainer():
     return rlnb.GRPOTrainer(rlnb.load_config(None, preset="fast"))
 
 
+def ppo_trainer():
+    return rlnb.PPOTrainer(rlnb.load_config(PPO, ["sft.enabled=false"], preset="fast"))
+
+
+def grpo_advantage_batch():
+    t = tiny_trainer()
+    return t.compute_advantages(t.rollout())
+
+
 def ppo_advantages(estimator):
-    t = rlnb.PPOTrainer(rlnb.load_config(PPO, ["sft.enabled=false"], preset="fast"))
+    t = ppo_trainer()
     batch = t.rollout()
     return t.compute_advantages(batch, t.compute_values(batch), estimator)
 
@@ -442,6 +451,16 @@ API_ROWS = [
      "GRPOTrainer needs a config with algorithm: grpo; this one has algorithm: 'ppo'"),
     (lambda: ppo_advantages({"name": "grpo"}), ValueError, "group estimator"),
     (lambda: ppo_advantages({"gae_lambda": 2.0}), ValueError, "gae_lambda"),
+    (lambda: tiny_trainer().compute_advantages(None), TypeError,
+     "GRPOTrainer.compute_advantages takes the RolloutBatch"),
+    (lambda: tiny_trainer().update(None), TypeError, "GRPOTrainer.update takes the AdvantageBatch"),
+    (lambda: ppo_trainer().compute_values({"input_ids": None}), TypeError,
+     "PPOTrainer.compute_values takes the RolloutBatch"),
+    (lambda: ppo_trainer().update_critic(None), TypeError, "PPOTrainer.update_critic"),
+    (lambda: ppo_trainer().update_policy(None), TypeError, "PPOTrainer.update_policy"),
+    (lambda: ppo_trainer().update(grpo_advantage_batch()), TypeError,  # a GRPO stage's batch
+     "PPOTrainer.update takes the PPOAdvantageBatch that the stage before it returns, got "
+     "AdvantageBatch"),
 ]
 
 

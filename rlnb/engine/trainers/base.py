@@ -43,6 +43,14 @@ def needs_reference(config) -> bool:
             and not loop.skip_reference_policy_logprobs_calculation)
 
 
+def expect_batch(batch, kind: type, stage: str) -> None:
+    """A stage takes what the stage before it returns: anything else is a ``TypeError`` naming
+    both (not an ``AttributeError`` from deep inside the stage)."""
+    if not isinstance(batch, kind):
+        raise TypeError(f"{stage} takes the {kind.__name__} that the stage before it returns, "
+                        f"got {type(batch).__name__}")
+
+
 @contextlib.contextmanager
 def isolated_rng(seed: int, device: torch.device | None = None):
     """Run the block on its own seeded random state; the caller's state is untouched after."""

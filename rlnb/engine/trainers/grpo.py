@@ -35,7 +35,7 @@ from rlnb.algorithms.policy_loss import ClippedPGLossFn
 from rlnb.algorithms.rewards import RewardScalingConfig, RewardShapingConfig
 from rlnb.config import Config
 from rlnb.engine.batches import AdvantageBatch, RolloutBatch, StepMetrics, UpdateResult
-from rlnb.engine.trainers.base import Trainer
+from rlnb.engine.trainers.base import Trainer, expect_batch
 from rlnb.engine.trainers.collector import AsyncLoopConfig
 from rlnb.engine.trainers.rollout import (
     filtered_sample_mask,
@@ -158,6 +158,7 @@ class GRPOTrainer(Trainer):
         ``adv_estimator`` overrides ``grpo.adv_estimator`` for this call (counterfactual replay),
         e.g. ``{"name": "reinforce_plus_plus"}``.
         """
+        expect_batch(batch, RolloutBatch, f"{type(self).__name__}.compute_advantages")
         g, elapsed = self.config.grpo, timer()
         est_cfg = g.adv_estimator if adv_estimator is None else AdvEstimatorConfig(
             **{**g.adv_estimator.model_dump(), **adv_estimator})
@@ -198,6 +199,7 @@ class GRPOTrainer(Trainer):
         ``loss_fn`` (a ClippedPGLossFn or ``loss_fn`` config dict) overrides the trainer's
         for this call, e.g. ``{"ratio_clip_max": 0.28}`` in a dry-run comparison.
         """
+        expect_batch(batch, AdvantageBatch, f"{type(self).__name__}.update")
         if isinstance(loss_fn, dict):
             loss_fn = ClippedPGLossFn({**self.loss_fn.config.model_dump(), **loss_fn})
         elapsed = timer()

@@ -48,7 +48,7 @@ from rlnb.algorithms.value_loss import MseValueLossFn, explained_variance
 from rlnb.config import Config, parse_config
 from rlnb.engine.batches import AdvantageBatch, RolloutBatch, StepMetrics, UpdateResult
 from rlnb.engine.models.value import ValueModel, value_body
-from rlnb.engine.trainers.base import Trainer
+from rlnb.engine.trainers.base import Trainer, expect_batch
 from rlnb.engine.trainers.rollout import (
     filtered_sample_mask,
     sample_rollout,
@@ -215,6 +215,7 @@ class PPOTrainer(Trainer):
     # ------------------------------------------------------------------ stage 2: values
     def compute_values(self, batch: RolloutBatch) -> torch.Tensor:
         """Stage 2: the critic's ``[B, S]`` values, V_t = value before token t, V_0 = 0."""
+        expect_batch(batch, RolloutBatch, "PPOTrainer.compute_values")
         return self.critic.values(batch.input_ids, batch.attention_mask)
 
     # ------------------------------------------------------------------ stage 3: advantages
@@ -225,6 +226,7 @@ class PPOTrainer(Trainer):
         ``estimator`` overrides ``ppo.adv_estimator`` for this call, e.g. ``{"gae_lambda": 0.5}``
         or ``{"name": "raw_reward"}`` (counterfactual replay on a frozen batch).
         """
+        expect_batch(batch, RolloutBatch, "PPOTrainer.compute_advantages")
         loop, elapsed = self.config.ppo, timer()
         est = loop.adv_estimator if estimator is None else parse_config(
             PPOEstimatorConfig, {**loop.adv_estimator.model_dump(), **estimator},
@@ -257,6 +259,7 @@ class PPOTrainer(Trainer):
                       ) -> PPOUpdateResult:
         """One pass of the value loss over the batch (an optimizer step per global batch of
         ``value.train_global_batch_size`` rows; none with ``dry_run``). Does not end the step."""
+        expect_batch(batch, PPOAdvantageBatch, "PPOTrainer.update_critic")
         elapsed = timer()
         raw = self.critic.optimizer_step(batch.critic_data(), self.value_loss_fn, dry_run=dry_run)
         metrics = {f"critic/{k}": v for k, v in self.dist.sum_loss_metrics(raw).items()}
@@ -268,6 +271,7 @@ class PPOTrainer(Trainer):
                       loss_fn: ClippedPGLossFn | dict | None = None) -> PPOUpdateResult:
         """One pass of the clipped policy loss over the batch (none with ``dry_run``); ``loss_fn``
         overrides the trainer's for this call. Does not end the step."""
+        expect_batch(batch, PPOAdvantageBatch, "PPOTrainer.update_policy")
         result = self._policy_pass(batch, dry_run, loss_fn)
         if not dry_run:
             self.publish_weights()
@@ -277,6 +281,7 @@ class PPOTrainer(Trainer):
         """Stage 4, the step's update: ``ppo.ppo_epochs`` x (critic pass, then actor pass, the
         actor skipped before ``ppo.policy_training_start_step``); then the step ends. A dry run
         makes one pass of each and changes nothing."""
+        expect_batch(batch, PPOAdvantageBatch, "PPOTrainer.update")
         loop = self.config.ppo
         train_actor = self.step_count >= loop.policy_training_start_step
         critic_s = actor_s = 0.0
