@@ -124,7 +124,9 @@ class RankWatch:
     @contextlib.contextmanager
     def stopped_by_launcher(self):
         """Turn the launcher's SIGTERM into ``LauncherStopped`` inside the block (several
-        processes only; the main thread only, where Python runs signal handlers)."""
+        processes only; the main thread only, where Python runs signal handlers). When the
+        block fails, SIGTERM stays ignored: the rank is ending, and the launcher's SIGTERM
+        (sent as soon as the dead rank is seen) must not cut off the line that names it."""
         if len(self.peers) == 1:
             yield
             return
@@ -135,8 +137,10 @@ class RankWatch:
         previous = signal.signal(signal.SIGTERM, stop)
         try:
             yield
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+        except BaseException:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            raise
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _store():
