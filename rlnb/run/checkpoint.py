@@ -241,6 +241,7 @@ def save_checkpoint(
     keep_last: int | None = None,
     extra: Mapping[str, tuple[torch.nn.Module, Any, Any]] | None = None,
     rng_states: list[dict[str, Any]] | None = None,
+    files: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``ckpt_root/step_XXXXXX/`` atomically, prune to ``keep_last``; returns its path.
 
@@ -248,7 +249,8 @@ def save_checkpoint(
     ``extra`` maps a name to another trained ``(module, optimizer, scheduler)`` of the loop
     (PPO's critic), saved as ``<name>/model.safetensors`` and ``<name>_optimizer.pt``.
     ``rng_states``: every rank's ``capture_rng_state()``, in rank order (several processes);
-    None saves this process's.
+    None saves this process's. ``files`` maps a name to other state of the loop (plain data:
+    tensors, lists, dicts; the async loop's replay buffer), saved as ``<name>.pt``.
     """
     _check_trainer_state(trainer_state)
     if keep_last is not None and keep_last < 1:
@@ -284,6 +286,8 @@ def save_checkpoint(
             torch.save({"optimizer": opt.state_dict(),
                         "scheduler": sched.state_dict() if sched is not None else None},
                        tmp / f"{name}_optimizer.pt")
+        for name, obj in (files or {}).items():
+            torch.save(obj, tmp / f"{name}.pt")
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
     if keep_last is not None:
         older = [p for _, p in list_checkpoints(ckpt_root) if p != final]
@@ -293,6 +297,17 @@ def save_checkpoint(
 
 
 # --- load
+
+
+def load_checkpoint_files(path: str | Path, names: list[str]) -> dict[str, Any]:
+    """The ``files`` a checkpoint was saved with (``save_checkpoint``), by name."""
+    path, out = Path(path), {}
+    for name in names:
+        f = path / f"{name}.pt"
+        if not f.is_file():
+            raise ValueError(f"{path} holds no {f.name} (it was saved by another loop)")
+        out[name] = torch.load(f, map_location="cpu", weights_only=True)
+    return out
 
 
 def _shape(t: torch.Tensor) -> list[int]:

@@ -47,6 +47,7 @@ from rlnb.run.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
+    load_checkpoint_files,
     save_checkpoint,
     saved_rng_ranks,
 )
@@ -145,7 +146,7 @@ class TrainingRun:
             self.checkpoint_root, t.step_count, model=t.policy.model, optimizer=t.policy.optimizer,
             scheduler=t.policy.scheduler, tokenizer=t.policy.tokenizer,
             trainer_state=t.state(), keep_last=c.keep_top_k, extra=t.checkpoint_parts(),
-            rng_states=rng_states,
+            rng_states=rng_states, files=t.checkpoint_files(),
         )
 
     def _resume(self) -> None:
@@ -171,6 +172,14 @@ class TrainingRun:
             raise ValueError(f"cannot resume {self.path}: checkpoint {ckpt.name} does not fit "
                              f"this run ({type(err).__name__}: {err})") from None
         t.load_state(state)
+        names = list(t.checkpoint_files())  # the loop's other state (async: its buffer)
+        if names:
+            try:
+                files = load_checkpoint_files(ckpt, names)
+            except (RuntimeError, EOFError, OSError) as err:  # a truncated or garbage file
+                raise ValueError(f"cannot resume {self.path}: checkpoint {ckpt.name} holds an "
+                                 f"unreadable {'/'.join(names)} file ({err})") from None
+            t.load_checkpoint_files(files)
         if self.run_dir is not None:
             self.run_dir.truncate_metrics(after_step=t.step_count)
             first = self.run_dir.read_metrics()
@@ -250,6 +259,7 @@ class TrainingRun:
         """End the run: close the loggers (``train`` already does) and, under several processes,
         leave the process group together. Call it once every rank has finished training."""
         self._close_loggers()
+        self.trainer.close()  # background work (the async loop's collector)
         accelerator = self.dist.accelerator
         if accelerator is None or self._left_group:
             return
