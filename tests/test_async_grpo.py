@@ -414,3 +414,37 @@ def test_verify_replays_an_async_run_on_its_data_order(tmp_path, no_threads_left
     table.to_parquet(path)
     report = verify_run(tmp_path / "run", 2, log=lines.append)
     assert report.first_difference == "step 4, prompts differ"
+
+
+def test_force_on_policy_ratio_skips_the_prev_logprob_forward_with_the_same_loss(
+        no_threads_left):
+    """With one optimizer step per rollout, the loss's own forward is π_θc's: taking
+    sg(log π_θ) as prev_logprobs (force_on_policy_ratio) gives the recompute's numbers."""
+    import math
+
+    t = with_rewards(AsyncGRPOTrainer(config()))
+    try:
+        for _ in range(6):  # stage by stage until a batch is stale (made before an update)
+            batch = t.rollout()
+            adv = t.compute_advantages(batch)
+            if int(batch.weight_versions.max()) < t.step_count:
+                break
+            t.update(adv)
+        assert t.config.policy.train_global_batch_size == len(batch)  # one optimizer step
+        recompute = t.update(adv, dry_run=True).metrics
+        forced = t.update(adv, dry_run=True, loss_fn={"force_on_policy_ratio": True}).metrics
+        for key in ("train/loss", "train/sampling_importance_ratio",
+                    "train/token_mult_prob_error", "train/gen_kl_error"):
+            assert forced[key] == pytest.approx(recompute[key], rel=1e-5, abs=1e-7), key
+        assert abs(recompute["train/sampling_importance_ratio"] - 1) > 1e-5  # stale: w != 1
+    finally:
+        t.close()
+    f = with_rewards(AsyncGRPOTrainer(config("loss_fn.force_on_policy_ratio=true")))
+    try:
+        steps = list(f.train(2))
+    finally:
+        f.close()
+    b = steps[-1].rollout
+    assert not b.prev_logprobs.any()  # the placeholder: no forward pass was made
+    assert math.isnan(steps[-1]["async/importance_weight/mean"])
+    assert math.isfinite(steps[-1]["train/loss"]) and steps[-1]["train/sampling_importance_ratio"] > 0

@@ -33,6 +33,11 @@ Implementation choices:
    threads draw from torch's one global generator.
 5) ``max_trajectory_age_steps=0`` is refused (it would be the synchronous loop, which is
    ``enabled=false``).
+6) ``loss_fn.force_on_policy_ratio=true`` skips the separate forward for ``prev_logprobs``
+   (NeMo-RL's placeholder: the loss uses sg(log π_θ) of its own forward, so the ratio is 1 and
+   w = π_θ / π_v). With one optimizer step per rollout (the global batch is the whole rollout,
+   as in ``configs/async_tiny.yaml``) that forward is π_θc's, so the numbers are the recompute's
+   up to float rounding; with several optimizer steps it also switches PPO's clipping off.
 """
 
 from __future__ import annotations
@@ -139,11 +144,17 @@ class AsyncGRPOTrainer(GRPOTrainer):
             torch.tensor([len(g) for g in groups]))
         batch.step, batch.weight_version = c, min(versions)
         batch.metrics = merge_group_metrics([g.metrics for g in groups])
-        add_logprobs(self, batch)
+        if self._loss_computes_prev_logprobs():  # choice 6: the update's forward gives them
+            batch.prev_logprobs = torch.zeros_like(batch.generation_logprobs)  # placeholder
+            if self.need_reference:
+                batch.reference_logprobs = self.policy.logprobs(
+                    batch.input_ids, batch.attention_mask, reference=True) * batch.token_mask
+        else:
+            add_logprobs(self, batch)
         ages = [c - v for v in versions]
         batch.metrics.update({
             **reward_metrics(self, batch.rewards),
-            **importance_weight_metrics(batch),
+            **importance_weight_metrics(batch, placeholder=self._loss_computes_prev_logprobs()),
             "train/buffer_size": float(counters["buffer_size"]),
             "train/avg_trajectory_age": sum(ages) / len(ages),
             "async/max_trajectory_age": float(max(ages)),
@@ -158,6 +169,13 @@ class AsyncGRPOTrainer(GRPOTrainer):
         self.consumed_prompts = (c + 1) * self.config.grpo.num_prompts_per_step
         self._taken = (c, batch)
         return batch
+
+    def _loss_computes_prev_logprobs(self) -> bool:
+        """NeMo-RL's placeholder rule: with ``force_on_policy_ratio`` (and no log-prob-error
+        masking, which reads them) the loss takes sg(log π_θ) of its own forward as
+        ``prev_logprobs``, so none are computed here."""
+        return (self.loss_fn.config.force_on_policy_ratio
+                and self.config.grpo.seq_logprob_error_threshold is None)
 
     # ------------------------------------------------------------------ stage 3: update
     def update(self, batch, *, dry_run: bool = False, loss_fn=None):
@@ -232,12 +250,15 @@ def merge_group_metrics(per_group: list[dict[str, float]]) -> dict[str, float]:
 
 
 @torch.no_grad()
-def importance_weight_metrics(batch: RolloutBatch) -> dict[str, float]:
+def importance_weight_metrics(batch: RolloutBatch, placeholder: bool = False
+                              ) -> dict[str, float]:
     """Mean, std, min and max over generated tokens of the raw importance weights
-    w = exp(prev_logprobs − generation_logprobs), before the loss truncates them."""
+    w = exp(prev_logprobs − generation_logprobs), before the loss truncates them (NaN when
+    ``prev_logprobs`` is a placeholder the loss replaces: see its ``sampling_importance_ratio``
+    and ``token_mult_prob_error``)."""
     mask = batch.token_mask > 0
     w = torch.exp(batch.prev_logprobs - batch.generation_logprobs)[mask].double()
-    if w.numel() == 0:
+    if w.numel() == 0 or placeholder:
         return {f"async/importance_weight/{k}": math.nan for k in ("mean", "std", "min", "max")}
     return {
         "async/importance_weight/mean": float(w.mean()),
