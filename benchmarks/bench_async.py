@@ -30,12 +30,15 @@ from rlnb.engine.trainers.loops import make_trainer
 from rlnb.run.master_config import load_config
 from rlnb.run.warm_start_cache import cached_warm_start
 
-CONFIGS = {"sync": "configs/tiny.yaml", "async": "configs/async_tiny.yaml"}
+CONFIGS = {"sync": "configs/tiny.yaml", "async": "configs/async_tiny.yaml",
+           "async_recompute": "configs/async_tiny.yaml"}
+EXTRA = {"async_recompute": ["loss_fn.force_on_policy_ratio=false"]}  # a second forward pass
 
 
 def run(loop: str, seed: int, minutes: float, age: int) -> dict:
-    extra = [f"grpo.async_grpo.max_trajectory_age_steps={age}"] if loop == "async" else []
-    cfg = load_config(CONFIGS[loop], [f"grpo.seed={seed}", "grpo.val_period=0", *extra])
+    extra = [f"grpo.async_grpo.max_trajectory_age_steps={age}"] if loop != "sync" else []
+    cfg = load_config(CONFIGS[loop], [f"grpo.seed={seed}", "grpo.val_period=0", *extra,
+                                      *EXTRA.get(loop, [])])
     torch.set_num_threads(os.cpu_count() or 1)  # the async trainer sets its own while it runs
     trainer = make_trainer(cfg)
     with torch.random.fork_rng(devices=[]):  # as TrainingRun
@@ -50,11 +53,11 @@ def run(loop: str, seed: int, minutes: float, age: int) -> dict:
         for metrics in steps:
             if first_step_s is None:
                 first_step_s = time.perf_counter() - start
-            if loop == "async":
+            if loop != "sync":
                 versions = metrics.rollout.weight_versions
                 ages.update((metrics["step"] - 1 - versions).tolist())
                 waits.append(metrics["timing/train/wait_for_trajectories"])
-                weights_std.append(metrics["async/importance_weight/std"])
+                weights_std.append(metrics["train/sampling_importance_ratio"])
             if time.perf_counter() - start >= 60 * minutes:
                 break
     finally:
@@ -67,7 +70,7 @@ def run(loop: str, seed: int, minutes: float, age: int) -> dict:
             "first_step_s": first_step_s or math.nan, "load": os.getloadavg()[1],
             "ages": {a: n / groups for a, n in sorted(ages.items())},
             "wait": statistics.mean(waits) if waits else math.nan,
-            "w_std": statistics.mean(weights_std) if weights_std else math.nan}
+            "w_mean": statistics.mean(weights_std) if weights_std else math.nan}
 
 
 def main() -> None:
@@ -75,13 +78,15 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--minutes", type=float, default=3.0)
     ap.add_argument("--age", type=int, default=1, help="max_trajectory_age_steps")
+    ap.add_argument("--loops", nargs="+", default=["sync", "async"], choices=list(CONFIGS),
+                    help="async_recompute: async with a separate prev_logprobs forward")
     args = ap.parse_args()
     load = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average at start {load[0]:.2f} {load[1]:.2f} "
           f"{load[2]:.2f}; {args.minutes} min per run, max_trajectory_age_steps={args.age}")
     rows = []
     for seed in args.seeds:
-        for loop in ("sync", "async"):
+        for loop in args.loops:
             r = run(loop, seed, args.minutes, args.age)
             rows.append(r)
             print(f"{loop} seed {seed}: {r['steps']} steps, {r['steps_per_min']:.0f}/min, "
@@ -95,24 +100,25 @@ def main() -> None:
         print(f"| {r['loop']} | {r['seed']} | {r['steps']} | {r['steps_per_min']:.0f} | "
               f"{100 * r['before']:.1f}% | {100 * r['after']:.1f}% | "
               f"{100 * (r['after'] - r['before']):+.1f} | {r['load']:.2f} |")
-    ratios = []
-    for seed in args.seeds:
-        s, a = (next(r for r in rows if r["seed"] == seed and r["loop"] == k)
-                for k in ("sync", "async"))
-        ratios.append(a["steps_per_min"] / s["steps_per_min"])
-        print(f"\nseed {seed}: async/sync steps per minute {ratios[-1]:.2f}x; accuracy gain "
-              f"async {100 * (a['after'] - a['before']):+.1f} vs sync "
-              f"{100 * (s['after'] - s['before']):+.1f} pts; trajectory ages "
-              + ", ".join(f"{age}: {100 * f:.0f}%" for age, f in a["ages"].items())
-              + f"; mean wait for data {1000 * a['wait']:.0f} ms; mean importance-weight std "
-              f"{a['w_std']:.3f}")
-    gains = {k: [r["after"] - r["before"] for r in rows if r["loop"] == k]
-             for k in ("sync", "async")}
-    mean_ratio = statistics.mean(ratios)
-    print(f"\nspeed-up {mean_ratio:.2f}x (target >= 1.3x: {'met' if mean_ratio >= 1.3 else 'NOT met'});"
-          f" mean gain sync {100 * statistics.mean(gains['sync']):+.1f} pts, async "
-          f"{100 * statistics.mean(gains['async']):+.1f} pts")
-
+    for loop in [k for k in args.loops if k != "sync"]:
+        ratios, gains = [], {"sync": [], loop: []}
+        for seed in args.seeds:
+            s, a = (next(r for r in rows if r["seed"] == seed and r["loop"] == k)
+                    for k in ("sync", loop))
+            ratios.append(a["steps_per_min"] / s["steps_per_min"])
+            gains["sync"].append(s["after"] - s["before"])
+            gains[loop].append(a["after"] - a["before"])
+            print(f"\nseed {seed}: {loop}/sync steps per minute {ratios[-1]:.2f}x; accuracy "
+                  f"gain {loop} {100 * gains[loop][-1]:+.1f} vs sync "
+                  f"{100 * gains['sync'][-1]:+.1f} pts; trajectory ages "
+                  + ", ".join(f"{age}: {100 * f:.0f}%" for age, f in a["ages"].items())
+                  + f"; mean wait for data {1000 * a['wait']:.0f} ms; mean importance weight "
+                  f"(after truncation) {a['w_mean']:.4f}")
+        mean_ratio = statistics.mean(ratios)
+        print(f"\n{loop}: speed-up {mean_ratio:.2f}x (target >= 1.3x: "
+              f"{'met' if mean_ratio >= 1.3 else 'NOT met'}); mean gain sync "
+              f"{100 * statistics.mean(gains['sync']):+.1f} pts, {loop} "
+              f"{100 * statistics.mean(gains[loop]):+.1f} pts")
 
 if __name__ == "__main__":
     main()

@@ -25,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 ASYNC = str(ROOT / "configs" / "async_tiny.yaml")
 SMALL = ["grpo.val_period=0", "grpo.val_at_start=false", "grpo.val_at_end=false",
          "policy.optimizer.lr=3e-2"]
+# configs/async_tiny.yaml skips the prev_logprobs forward (force_on_policy_ratio): tests that read
+# the batch's prev_logprobs have them computed
+RECOMPUTE = "loss_fn.force_on_policy_ratio=false"
 
 
 @pytest.fixture(autouse=True)
@@ -117,7 +120,8 @@ def test_groups_are_at_most_a_steps_old_and_made_by_the_weights_they_are_tagged_
         no_threads_left):
     """Each row's generation log-probs equal the log-probs of its tagged weight version
     (snapshots taken by the test), not of the weights that train on it; ages stay <= a."""
-    t = with_rewards(AsyncGRPOTrainer(config("grpo.async_grpo.max_trajectory_age_steps=2")))
+    t = with_rewards(AsyncGRPOTrainer(config("grpo.async_grpo.max_trajectory_age_steps=2",
+                                             RECOMPUTE)))
     snapshots, seen = [], []
     try:
         for _version in range(5):  # the weights before each update: versions 0..4
@@ -166,7 +170,7 @@ def test_each_step_trains_on_the_rows_the_synchronous_loop_would(no_threads_left
 
 
 def test_importance_weights_enter_the_loss_and_their_metrics_match_the_batch(no_threads_left):
-    t = with_rewards(AsyncGRPOTrainer(config()))
+    t = with_rewards(AsyncGRPOTrainer(config(RECOMPUTE)))
     try:
         steps = list(t.train(4))
     finally:

@@ -13,8 +13,9 @@ Implementation choices:
    them; ``compute_advantages`` and ``update`` are the synchronous trainer's. Calling
    ``rollout()`` again before ``update`` returns the same batch (a re-run notebook cell).
 2) Off-policy correction, the defaults and why:
-   - ``prev_logprobs`` are recomputed by the current policy θ_c, never taken from the
-     generator: the PPO ratio ρ = π_θ / π_θc then starts at 1 and clips only what this step's
+   - ``prev_logprobs`` are the current policy θ_c's, never the generator's: a separate
+     forward pass, or (``force_on_policy_ratio``, choice 6, the shipped config) the update's own
+     forward; the PPO ratio ρ = π_θ / π_θc then starts at 1 and clips only what this step's
      own optimizer steps moved, as in the synchronous loop;
    - ``loss_fn.use_importance_sampling_correction=true`` is required (NeMo-RL asserts it): the
      loss weights every token by w = π_θc / π_v (``generation_logprobs`` come from the
