@@ -4,8 +4,10 @@
     rlnb verify RUN_DIR [--from-step K] [--steps N]   replay steps from a checkpoint, compare
     rlnb demo                     a tour of the estimators and losses on one frozen batch
     rlnb run NOTEBOOK [-p KEY VALUE ...] [--run-dir DIR]          execute it headless
-    rlnb sweep NOTEBOOK [-p KEY V1,V2 ...] [--root DIR]           one run per grid point + report
+    rlnb sweep NOTEBOOK [-p KEY V1,V2 ...] [--root DIR] [--jobs N | --ray [ADDRESS]]
+                                                       one run per grid point + report
     rlnb launch --num-processes N NOTEBOOK [-p KEY VALUE ...]     one rank per process
+        [--num-machines M --machine-rank R --main-process-ip IP --main-process-port P]
 
 Notebook commands (``rlnb.run.notebooks``, ``rlnb.run.sweep``, ``rlnb.run.launch``): ``-p`` values
 are read as YAML; a KEY with a dot (``-p loss_fn.ratio_clip_max 0.28``) is a config override
@@ -164,9 +166,12 @@ def _sweep(args: argparse.Namespace) -> int:
     def call():
         grid, fixed = parse_grid(args.param)
         res = sweep(args.notebook, grid, root=args.root, parameters=fixed,
-                    kernel_name=args.kernel)
+                    kernel_name=args.kernel, jobs=args.jobs, cpus_per_run=args.cpus_per_run,
+                    gpus_per_run=args.gpus_per_run, ray=args.ray,
+                    rerun_failed=args.rerun_failed, force=args.force)
         print(f"\nrlnb sweep: {len(res.runs) - len(res.failed)} of {len(res.runs)} runs ok\n"
-              f"  sweep root  {_show(res.root)}  (sweep.json, summary.csv, one folder per run)\n"
+              f"  sweep root  {_show(res.root)}  (sweep.json, summary.csv, logs/, a folder per "
+              "run)\n"
               f"  report      {_show(res.report_html)}")
         for run in res.failed:
             print(f"  FAILED      {run.run_dir.name}: {run.error}")
@@ -184,8 +189,14 @@ def _launch(args: argparse.Namespace) -> int:
     def call():
         params = parse_pairs(args.param)
         res = launch(args.notebook, args.num_processes, run_dir=args.run_dir,
-                     parameters=params, kernel_name=args.kernel, progress=not args.no_progress)
+                     parameters=params, kernel_name=args.kernel, progress=not args.no_progress,
+                     num_machines=args.num_machines, machine_rank=args.machine_rank,
+                     main_process_ip=args.main_process_ip,
+                     main_process_port=args.main_process_port)
         ranks = f"{args.num_processes} rank{'s' if args.num_processes > 1 else ''}"
+        if args.num_machines > 1:
+            ranks = (f"machine {args.machine_rank}: its {args.num_processes // args.num_machines}"
+                     f" of {ranks}")
         head = (f"{ranks} done in {res.seconds:.1f} s" if res.ok
                 else f"FAILED in {res.seconds:.1f} s: {res.error}")
         lines = [f"\nrlnb launch: {head}",
@@ -270,7 +281,25 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run a notebook over a grid of parameters, with a report")
     _notebook_arguments(sweep, "V1,V2", "comma-separated values are swept, one value is fixed")
     sweep.add_argument("--root", default=None,
-                       help="sweep folder (default runs/sweep-<notebook>-<time>)")
+                       help="sweep folder (default runs/sweep-<notebook>-<time>); a root that "
+                            "holds this sweep is resumed (finished points are kept)")
+    sweep.add_argument("--jobs", type=int, default=None, metavar="N",
+                       help="points at once, each its own papermill process and kernel "
+                            "(default 1; with --ray: tasks in flight, default all)")
+    sweep.add_argument("--cpus-per-run", type=int, default=None, metavar="C",
+                       help="threads per point (default: cores // jobs), or the CPUs a Ray "
+                            "task asks for (default 1)")
+    sweep.add_argument("--gpus-per-run", type=int, default=None, metavar="K",
+                       help="GPUs per point, its share of CUDA_VISIBLE_DEVICES (default: 1 "
+                            "with GPUs and --jobs > 1, else 0), or a Ray task's GPUs")
+    sweep.add_argument("--ray", nargs="?", const=None, default=False, metavar="ADDRESS",
+                       help="run each point as a Ray task: on a running cluster, else a local "
+                            "one (ADDRESS: HOST:PORT, ray://HOST:PORT, auto, local); needs "
+                            "rlnb[ray]")
+    sweep.add_argument("--rerun-failed", action="store_true",
+                       help="when resuming, rerun the points that failed too")
+    sweep.add_argument("--force", action="store_true",
+                       help="when resuming, rerun every point")
     sweep.set_defaults(func=_sweep)
     launch = sub.add_parser("launch", help="run a notebook on N processes (accelerate)")
     launch.add_argument("--num-processes", type=int, required=True, metavar="N",
@@ -279,6 +308,16 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--run-dir", default=None,
                         help="run directory (default runs/<notebook>-<time>)")
     launch.add_argument("--no-progress", action="store_true", help="no progress bar")
+    launch.add_argument("--num-machines", type=int, default=1, metavar="M",
+                        help="machines taking part (run the same command on each; "
+                             "--num-processes counts them all)")
+    launch.add_argument("--machine-rank", type=int, default=0, metavar="R",
+                        help="this machine's rank, 0 to M-1")
+    launch.add_argument("--main-process-ip", default=None, metavar="IP",
+                        help="machine 0's address (with --num-machines > 1)")
+    launch.add_argument("--main-process-port", type=int, default=None, metavar="P",
+                        help="machine 0's rendezvous port (default: 29500 with several "
+                             "machines, a free one with one)")
     launch.set_defaults(func=_launch)
     return parser
 

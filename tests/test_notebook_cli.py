@@ -91,7 +91,8 @@ def test_run_names_are_readable_and_filesystem_safe():
 
 def test_notebook_parameters_reads_the_tagged_cell():
     assert notebook_parameters(TRAIN) == {"fast", "seed", "run_dir", "overrides", "fail_on_rank"}
-    assert notebook_parameters(FAKE) == {"fast", "seed", "run_dir", "overrides", "fail_above"}
+    assert notebook_parameters(FAKE) == {"fast", "seed", "run_dir", "overrides", "fail_above",
+                                         "hold_file"}
 
 
 def test_run_dir_tolerates_the_notebook_files_only(tmp_path):
@@ -222,8 +223,12 @@ def swept(tmp_path_factory, env):
 def test_sweep_runs_every_point_and_reports_the_failure(swept):
     root, proc = swept
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == sorted(NAMES)
-    assert re.search(r"\[4/4\] loss_fn.ratio_clip_max=0.28 seed=1 \.\.\. FAILED", proc.stdout)
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == sorted([*NAMES, "logs"])
+    assert sorted(p.name for p in (root / "logs").iterdir()) == sorted(f"{n}.log" for n in NAMES)
+    # one at a time (no --jobs): each point starts after the one before ends
+    assert re.search(r"\[3/4 done, 1 running, 0 failed\] start  loss_fn.ratio_clip_max=0.28 seed=1\n"
+                     r"\[4/4 done, 0 running, 1 failed\] FAILED loss_fn.ratio_clip_max=0.28 seed=1 in "
+                     r"[\d.]+ s: cell In \[\d+\] raised RuntimeError: boom", proc.stdout), proc.stdout
     assert "3 of 4 runs ok" in proc.stdout
     assert f"FAILED      {NAMES[3]}: cell In [" in proc.stdout
     record = json.loads((root / "sweep.json").read_text())
@@ -286,6 +291,14 @@ def test_sweep_report_renders_offline(swept):
     titles = [f["data"]["application/vnd.plotly.v1+json"]["layout"]["title"]["text"]
               for f in figures]
     assert titles == ["train/reward", "validation/accuracy"]
+
+
+def test_sweep_report_summarises_each_setting_over_seeds(swept):
+    root, _ = swept
+    html = (root / "report.html").read_text()
+    assert "Per setting" in html and "Differences between settings" in html
+    # final train/reward: clip 0.2 ends at 0.60 and 0.61 (seeds 0, 1); clip 0.28's seed 1 failed
+    assert "0.605 ± 0.007071 (n=2)" in html and "0.84 ± n/a (n=1)" in html
 
 
 def test_launch_runs_two_ranks(tmp_path, env):

@@ -3,7 +3,8 @@
     for fig in sweep_figures("runs/sweep-01_grpo_step_by_step-..."):
         show(fig)
 
-The sweep's table and records are the run layer's (``rlnb.run.sweep``); only the drawing is here.
+The sweep's table and records are the run layer's (``rlnb.run.sweep_summary``); only the
+drawing is here.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlnb.run.notebooks import format_value
-from rlnb.run.sweep import read_sweep
+from rlnb.run.sweep_summary import read_sweep, seed_keys, setting_label
 
 FIGURE_METRICS = ("train/reward", "validation/accuracy")
 
@@ -25,12 +25,10 @@ def sweep_figures(root: str | Path, metrics: Sequence[str] = FIGURE_METRICS) -> 
     from plotly.colors import qualitative
 
     record, runs = read_sweep(Path(root))
-    seeds = [k for k, v in record["grid"].items()
-             if (k == "seed" or k.endswith(".seed")) and len(v) > 1]
+    seeds = seed_keys(record)
 
     def group_of(run):
-        return " ".join(f"{k}={format_value(v)}" for k, v in run["parameters"].items()
-                        if k not in seeds) or "all runs"
+        return setting_label(run["parameters"], seeds)
 
     groups = list(dict.fromkeys(group_of(run) for run, _ in runs))
     palette = qualitative.Plotly

@@ -21,6 +21,11 @@ Implementation choices:
    the rank blamed is the first whose error is its own (a kernel that died says by which
    signal), else the root cause torch's launcher reports (a rank process that was killed
    leaves no status), else the first to fail.
+5) Several machines: the same command on each, with its ``machine_rank``; accelerate's
+   multi-node rendezvous (torchrun, static) meets at ``main_process_ip:main_process_port`` on
+   machine 0 (port 29500 by default). ``num_processes`` counts every machine's ranks, as in
+   accelerate. Each machine reports on its own ranks; machines other than 0 write only
+   ``ranks/rank<R>.ipynb``, so all may share one run dir on a shared filesystem.
 """
 
 from __future__ import annotations
@@ -59,19 +64,59 @@ class LaunchResult:
 
 
 # ---------------------------------------------------------------------------------- launch
-def launch_command(num_processes: int, args: Sequence[str], port: int | None = None) -> list[str]:
-    """``accelerate launch`` that really starts ``num_processes`` ranks on one machine (GPUs, or
-    gloo on CPU: ``--cpu`` would start only one), followed by ``args``."""
+def launch_command(num_processes: int, args: Sequence[str], port: int | None = None, *,
+                   num_machines: int = 1, machine_rank: int = 0,
+                   main_process_ip: str | None = None) -> list[str]:
+    """``accelerate launch`` that really starts ``num_processes`` ranks (over all
+    ``num_machines``; GPUs, or gloo on CPU: ``--cpu`` would start only one), followed by ``args``.
+    With several machines, this machine starts ranks ``machine_rank * per_machine`` onwards."""
     if port is None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
     # accelerate refuses --multi_gpu for one process; alone, the process runs without a group
     multi = ["--multi_gpu"] if num_processes > 1 else []
+    machines = ["--num_machines", str(num_machines)]
+    if num_machines > 1:  # accelerate's multi-node rendezvous (torchrun, static, at machine 0)
+        machines += ["--machine_rank", str(machine_rank), "--main_process_ip", main_process_ip]
     return [sys.executable, "-m", "accelerate.commands.launch", *multi,
-            "--num_processes", str(num_processes), "--num_machines", "1",
+            "--num_processes", str(num_processes), *machines,
             "--mixed_precision", "no", "--dynamo_backend", "no",
             "--main_process_port", str(port), *args]
+
+
+def check_machines(num_processes: int, num_machines: int, machine_rank: int,
+                   main_process_ip: str | None, main_process_port: int | None) -> int | None:
+    """ValueError naming the flag for a multi-node layout that cannot start; returns the port
+    (29500, accelerate's default, when several machines are given none)."""
+    if num_machines < 1:
+        raise ValueError(f"--num-machines must be at least 1, got {num_machines}")
+    if not 0 <= machine_rank < num_machines:
+        raise ValueError(f"--machine-rank {machine_rank} is not one of --num-machines "
+                         f"{num_machines} (0 to {num_machines - 1})")
+    if num_processes % num_machines:
+        raise ValueError(f"--num-processes {num_processes} (all machines together) is not a "
+                         f"multiple of --num-machines {num_machines}")
+    if main_process_port is not None and not 0 < main_process_port < 65536:
+        raise ValueError(f"--main-process-port must be a port (1 to 65535), got "
+                         f"{main_process_port}")
+    if num_machines == 1:
+        if main_process_ip is not None:
+            raise ValueError("--main-process-ip is for --num-machines > 1 (one machine "
+                             "rendezvous on this one)")
+        return main_process_port
+    if not main_process_ip:
+        raise ValueError(f"--main-process-ip is required with --num-machines {num_machines}: "
+                         "the address of machine 0, which the others can reach")
+    port = main_process_port or 29500
+    if machine_rank == 0:  # machine 0 listens there: accelerate would fail later, less clearly
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                raise ValueError(f"--main-process-port {port} is in use on this machine "
+                                 "(machine 0 listens there): choose another") from None
+    return port
 
 
 def rank_notebook(run_dir: Path, rank: int) -> Path:
@@ -80,11 +125,18 @@ def rank_notebook(run_dir: Path, rank: int) -> Path:
 
 def launch(notebook: str | Path, num_processes: int, *, run_dir: str | Path | None = None,
            parameters: Mapping[str, Any] | None = None, kernel_name: str | None = None,
-           progress: bool = True) -> LaunchResult:
-    """Run ``notebook`` on ``num_processes`` ranks (one papermill and one kernel per rank)."""
+           progress: bool = True, num_machines: int = 1, machine_rank: int = 0,
+           main_process_ip: str | None = None,
+           main_process_port: int | None = None) -> LaunchResult:
+    """Run ``notebook`` on ``num_processes`` ranks (one papermill and one kernel per rank); with
+    ``num_machines > 1``, this machine's share of them, started the same way on every machine."""
     if num_processes < 1:
         raise ValueError(f"num_processes must be at least 1, got {num_processes}")
-    nb, path, params = _prepare(notebook, run_dir, parameters, kernel_name)
+    port = check_machines(num_processes, num_machines, machine_rank, main_process_ip,
+                          main_process_port)
+    # machines other than 0 write only ranks/rank<R>.ipynb: they may share machine 0's run dir
+    nb, path, params = _prepare(notebook, run_dir, parameters, kernel_name,
+                                fresh=machine_rank == 0)
     path.mkdir(parents=True, exist_ok=True)
     args = ["-m", "rlnb.run.launch", "rank", str(nb), str(path),
             "--parameters", json.dumps({**params, "run_dir": str(path)})]
@@ -93,12 +145,16 @@ def launch(notebook: str | Path, num_processes: int, *, run_dir: str | Path | No
     if not progress:
         args.append("--no-progress")
     start = time.perf_counter()
-    returncode, launcher_tail = _run_teeing_stderr(launch_command(num_processes, args))
+    returncode, launcher_tail = _run_teeing_stderr(launch_command(
+        num_processes, args, port, num_machines=num_machines, machine_rank=machine_rank,
+        main_process_ip=main_process_ip))
     seconds = time.perf_counter() - start
-    notebooks = [rank_notebook(path, r) for r in range(num_processes)]
-    statuses = {r: s for r in range(num_processes) if (s := _read_status(path, r))}
+    per_machine = num_processes // num_machines
+    ranks = range(machine_rank * per_machine, (machine_rank + 1) * per_machine)  # this machine's
+    notebooks = [rank_notebook(path, r) for r in ranks]
+    statuses = {r: s for r in ranks if (s := _read_status(path, r))}
     errors = {}
-    for rank, nb_path in enumerate(notebooks):
+    for rank, nb_path in zip(ranks, notebooks):
         err = notebook_error(nb_path) if nb_path.is_file() else "wrote no notebook"
         if rank in statuses and (not err or not statuses[rank]["lost_peer"]):
             err = statuses[rank]["error"]  # its own account is more precise (a kernel's signal)
@@ -109,7 +165,8 @@ def launch(notebook: str | Path, num_processes: int, *, run_dir: str | Path | No
         errors = {root[0]: root[1], **{r: e for r, e in errors.items() if r != root[0]}}
     if returncode and not errors:
         errors[-1] = f"accelerate launch exited with {returncode}"
-    html = _export(path / NOTEBOOK, path / HTML, f"{nb.stem}: {path.name}")
+    html = _export(path / NOTEBOOK, path / HTML, f"{nb.stem}: {path.name}") \
+        if machine_rank == 0 else None
     first = next(iter(errors.items()), None)
     error = None if first is None else (
         first[1] if first[0] < 0 else f"rank {first[0]} failed first: {first[1]}")

@@ -185,8 +185,10 @@ def _check_kernel(kernel_name: str) -> None:
         raise ValueError(f"no Jupyter kernel named {kernel_name!r} (installed: {known})") from None
 
 
-def _prepare(notebook, run_dir, parameters, kernel_name) -> tuple[Path, Path, dict[str, Any]]:
-    """Check everything before anything is written; returns absolute notebook and run dir."""
+def _prepare(notebook, run_dir, parameters, kernel_name, *, fresh: bool = True
+             ) -> tuple[Path, Path, dict[str, Any]]:
+    """Check everything before anything is written; returns absolute notebook and run dir
+    (which must be new or empty unless ``fresh=False``)."""
     nb = Path(notebook)
     if not nb.is_file():
         raise FileNotFoundError(f"no notebook at {nb}")
@@ -201,7 +203,7 @@ def _prepare(notebook, run_dir, parameters, kernel_name) -> tuple[Path, Path, di
     if kernel_name is not None:
         _check_kernel(kernel_name)
     path = Path(run_dir) if run_dir is not None else _new_path("runs", nb.stem)
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+    if path.exists() and (not path.is_dir() or (fresh and any(path.iterdir()))):
         raise ValueError(f"{path} exists and is not empty: choose a new run directory")
     return nb.resolve(), path.resolve(), params
 

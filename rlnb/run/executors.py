@@ -1,0 +1,319 @@
+"""Where the points of a sweep run: in a pool of local processes, one at a time or
+``rlnb sweep --jobs N`` at once, or as tasks on a Ray cluster (``rlnb sweep --ray``).
+
+    executor = make_executor(jobs=2)                  # or make_executor(ray="auto", ...)
+    executor.run(points, on_start, on_end)            # calls back as each point starts and ends
+
+``rlnb.run.sweep`` decides which points run, keeps ``sweep.json`` and prints the progress; this
+module only runs them, gives each its devices, and never lets one outlive the sweep.
+
+Implementation choices:
+1) A point is one ``python -m rlnb.run.executors point`` process (one papermill and its
+   kernel), even one at a time: papermill in the sweep's own process would catch Ctrl-C itself
+   (nbclient turns SIGINT into a kernel shutdown, a failed point, and the sweep would go on).
+   It runs in a session of its own so that a Ctrl-C in the terminal reaches the sweep alone,
+   which then stops every running point in order: SIGTERM (nbclient shuts its
+   kernel down), then after ``STOP_GRACE`` seconds SIGKILL to what is left of the process tree.
+   A point whose parent dies (the sweep killed with -9, a Ray worker lost) stops itself.
+   Its output goes to ``<root>/logs/<run name>.log``.
+2) CPU threads: each point gets ``OMP_NUM_THREADS`` (and MKL's, OpenBLAS's) set to
+   ``cpus_per_run``, by default ``cores // jobs`` (or a smaller ``OMP_NUM_THREADS`` already set),
+   so N points do not oversubscribe the cores (torch reads it at import for its intra-op pool).
+   One job at a time with no ``cpus_per_run`` leaves the environment as it is.
+3) GPUs: slot ``i`` of the pool owns GPUs ``[i*K, (i+1)*K)`` of the visible ones
+   (``CUDA_VISIBLE_DEVICES`` if set, else every GPU torch sees) and each point started in that
+   slot sees only them. With GPUs and ``--jobs N > 1``, ``K`` defaults to 1.
+4) Ray (``rlnb.run.ray_pool``): each point is a task asking for ``num_cpus=cpus_per_run``
+   (default 1) and ``num_gpus=gpus_per_run`` (Ray then sets ``CUDA_VISIBLE_DEVICES``), with no
+   retries; the task
+   runs the same point process as the pool, writing straight into the sweep root, which must be
+   a path every node sees (a shared filesystem), as must the notebook and this Python
+   environment. ``ray=None`` joins a running cluster (``RAY_ADDRESS``, or one started on this
+   machine with ``ray start``) or starts a local one; ``"local"`` always starts a local one;
+   ``"auto"`` needs a running one; ``"HOST:PORT"`` or ``"ray://HOST:PORT"`` names one. An
+   address is checked with a TCP connection first, and so is the record ``ray start`` leaves in
+   Ray's temp dir (ray.init() would wait for ever on a stopped cluster's stale record; with no
+   address a local cluster is started instead). All points are submitted at once (``jobs``
+   caps how many are in flight), so "running" in the progress counts tasks that may still wait
+   for a free CPU. Ctrl-C cancels every task in flight (the task stops its point process as in
+   1) and ends a local cluster the sweep started.
+5) Every check runs before anything is written (``check()``), and names the flag: ``--jobs``,
+   ``--cpus-per-run``, ``--gpus-per-run``, ``--ray``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+STOP_GRACE = 15.0  # seconds a point has to shut its kernel down before it is killed
+POLL = 0.2  # seconds between looks at the running points
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+REPORT_PREFIX = "rlnb sweep point "  # a point process's last line: "<prefix><name>: <how>"
+
+
+@dataclass
+class Point:
+    """One grid point to run: papermill ``parameters`` (split, ``run_dir`` included)."""
+
+    name: str
+    notebook: str
+    run_dir: str
+    parameters: dict[str, Any]
+    log: str
+    kernel_name: str | None = None
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    error: str | None
+    seconds: float
+
+
+Callback = Callable[[Point], None]
+EndCallback = Callable[[Point, Outcome], None]
+
+
+# ---------------------------------------------------------------------------------- one point
+def run_point_here(point: Point, progress: bool = False) -> Outcome:
+    """Execute the point's notebook in this process (papermill starts the kernel)."""
+    from rlnb.run.notebooks import HTML, NOTEBOOK, _execute, _export
+
+    start = time.perf_counter()
+    nb, run_dir = Path(point.notebook), Path(point.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    error = _execute(nb, run_dir / NOTEBOOK, point.parameters, kernel_name=point.kernel_name,
+                     cwd=nb.parent, progress=progress)
+    _export(run_dir / NOTEBOOK, run_dir / HTML, f"{nb.stem}: {run_dir.name}")
+    return Outcome(error is None, error, time.perf_counter() - start)
+
+
+def _point_command(point: Point) -> list[str]:
+    return [sys.executable, "-m", "rlnb.run.executors", "point", json.dumps(asdict(point))]
+
+
+def start_point(point: Point, env: dict[str, str]) -> subprocess.Popen:
+    """The point as its own process (in its own session, see 1), output to its log file."""
+    Path(point.log).parent.mkdir(parents=True, exist_ok=True)
+    with open(point.log, "wb") as log:
+        return subprocess.Popen(_point_command(point), stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def finished_outcome(point: Point, code: int, seconds: float) -> Outcome:
+    """How a point process ended: its notebook's error, else the last line of its log."""
+    from rlnb.run.notebooks import NOTEBOOK, notebook_error
+
+    if code == 0:
+        return Outcome(True, None, seconds)
+    nb = Path(point.run_dir) / NOTEBOOK
+    error = notebook_error(nb) if nb.is_file() else None
+    if error is None:  # the kernel died or never started: the point's own last line says why
+        lines = [x.strip() for x in _tail(Path(point.log)).splitlines() if x.strip()]
+        own = f"{REPORT_PREFIX}{point.name}: "
+        if lines and lines[-1].startswith(own):
+            error = lines[-1][len(own):]
+        else:
+            why = f"killed by signal {-code}" if code < 0 else f"exited with {code}"
+            error = f"its process {why}" + (f": {lines[-1][:300]}" if lines else "")
+    return Outcome(False, error, seconds)
+
+
+def _tail(path: Path, size: int = 4000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - size))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def stop_processes(procs: Sequence[subprocess.Popen], grace: float = STOP_GRACE) -> None:
+    """SIGTERM each point process (it shuts its kernel down), SIGKILL whatever of its process
+    tree (the kernel included) is still alive after ``grace`` seconds."""
+    try:
+        import psutil
+    except ImportError:  # ipykernel depends on psutil; without it, the processes alone
+        psutil = None
+    trees = []
+    for proc in procs:
+        tree = []
+        if psutil is not None and proc.poll() is None:
+            try:
+                tree = psutil.Process(proc.pid).children(recursive=True)
+            except psutil.Error:
+                pass
+        trees.append(tree)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc, tree in zip(procs, trees):
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for child in tree:  # the kernel runs in a session of its own: not in the point's group
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+
+
+# ---------------------------------------------------------------------------------- executors
+class LocalPool:
+    """Up to ``jobs`` point processes at once, each with its threads and its GPUs (see 2, 3)."""
+
+    def __init__(self, jobs: int, threads: int | None, gpu_slots: list[list[str]]):
+        self.jobs, self.threads, self.gpu_slots = jobs, threads, gpu_slots
+        each = [f"{threads} thread(s)"] if threads else []
+        each += [f"{len(gpu_slots[0])} GPU(s)"] if gpu_slots[0] else []
+        self.description = f"{jobs} at a time" + (f", {' and '.join(each)} each" if each else "")
+
+    def env(self, slot: int) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.threads:
+            env.update({var: str(self.threads) for var in THREAD_VARS})
+        if self.gpu_slots[slot]:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_slots[slot])
+        return env
+
+    def run(self, points: Sequence[Point], on_start: Callback, on_end: EndCallback) -> None:
+        queue, free = deque(points), list(range(self.jobs))
+        running: dict[int, tuple[Point, subprocess.Popen, float]] = {}
+        try:
+            while queue or running:
+                while queue and free:
+                    slot, point = free.pop(0), queue.popleft()
+                    running[slot] = (point, start_point(point, self.env(slot)), time.perf_counter())
+                    on_start(point)
+                time.sleep(POLL)
+                for slot, (point, proc, t0) in list(running.items()):
+                    code = proc.poll()
+                    if code is not None:
+                        del running[slot]
+                        free.append(slot)
+                        on_end(point, finished_outcome(point, code, time.perf_counter() - t0))
+        finally:  # Ctrl-C (or any error here): no point outlives the sweep
+            stop_processes([proc for _, proc, _ in running.values()])
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------- choosing
+def cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def visible_gpus() -> list[str]:
+    """The GPU ids this process may use: ``CUDA_VISIBLE_DEVICES`` if set, else torch's count."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [x.strip() for x in env.split(",") if x.strip()][:count]
+    return [str(i) for i in range(count)]
+
+
+def gpu_slots(gpus: Sequence[str], jobs: int, gpus_per_run: int) -> list[list[str]]:
+    """Slot ``i`` owns ``gpus[i*K:(i+1)*K]`` (see 3); a ValueError naming the flag when the
+    machine has too few."""
+    if gpus_per_run == 0:
+        return [[] for _ in range(jobs)]
+    have = f"this machine has {len(gpus)}" + (f" ({','.join(gpus)})" if gpus else "")
+    if gpus_per_run > len(gpus):
+        raise ValueError(f"--gpus-per-run {gpus_per_run} is more GPUs than {have}")
+    if jobs * gpus_per_run > len(gpus):
+        raise ValueError(f"--jobs {jobs} with {gpus_per_run} GPU(s) per run needs "
+                         f"{jobs * gpus_per_run} GPUs and {have}: use --jobs "
+                         f"{len(gpus) // gpus_per_run} or fewer GPUs per run")
+    return [list(gpus[i * gpus_per_run:(i + 1) * gpus_per_run]) for i in range(jobs)]
+
+
+def make_executor(*, jobs: int | None = None, cpus_per_run: int | None = None,
+                  gpus_per_run: int | None = None, ray: str | bool | None = False):
+    """The executor the flags ask for, checked (ValueError naming the flag) but not started:
+    ``ray=False`` runs here (``jobs`` at a time), ``ray=None``/``"ADDRESS"`` on Ray."""
+    for flag, value in (("--jobs", jobs), ("--cpus-per-run", cpus_per_run),
+                        ("--gpus-per-run", gpus_per_run)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{flag} must be a whole number, got {value!r}")
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {jobs}")
+    if cpus_per_run is not None and cpus_per_run < 1:
+        raise ValueError(f"--cpus-per-run must be at least 1, got {cpus_per_run}")
+    if gpus_per_run is not None and gpus_per_run < 0:
+        raise ValueError(f"--gpus-per-run must be 0 or more, got {gpus_per_run}")
+    if ray is not False:
+        from rlnb.run.ray_pool import ray_pool
+
+        return ray_pool(ray, jobs, cpus_per_run, gpus_per_run)
+    jobs = jobs or 1
+    gpus = visible_gpus() if jobs > 1 or gpus_per_run else []
+    if gpus_per_run is None:
+        gpus_per_run = 1 if gpus and jobs > 1 else 0
+    slots = gpu_slots(gpus, jobs, gpus_per_run)
+    return LocalPool(jobs, cpus_per_run or default_threads(jobs), slots)
+
+
+def default_threads(jobs: int) -> int | None:
+    """``cores // jobs``, or the ``OMP_NUM_THREADS`` already set if smaller; None (leave the
+    environment alone) for one job at a time."""
+    if jobs == 1:
+        return None
+    threads = max(1, cpu_cores() // jobs)
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    return min(threads, int(given)) if given.isdigit() and int(given) > 0 else threads
+
+
+def _one_line(err: BaseException) -> str:
+    from rlnb.run.notebooks import _one_line as one_line
+
+    return one_line(f"{type(err).__name__}: {err}", limit=300)
+
+
+# ---------------------------------------------------------------------------------- point process
+def _stop_when_orphaned() -> None:
+    """If the process that started this point dies, stop as if it had sent SIGTERM (see 1)."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _point_main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlnb.run.executors")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("point", help="run one sweep point (used by rlnb sweep)").add_argument(
+        "point", help="the Point as JSON")
+    args = parser.parse_args(argv)
+    point = Point(**json.loads(args.point))
+    _stop_when_orphaned()
+    outcome = run_point_here(point)
+    print(f"{REPORT_PREFIX}{point.name}: " + ("ok" if outcome.ok else outcome.error), flush=True)
+    return 0 if outcome.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(_point_main())
