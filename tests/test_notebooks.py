@@ -213,12 +213,31 @@ def _async_grpo(nb):
     _widgets_have_static_twins(nb)
 
 
+def _reproducing_findings(nb):
+    out = stdout(nb)
+    # every setting of the three findings ran as a sweep of notebook 01 (one seed in fast mode)
+    assert "findings ['length_bias', 'clip_higher', 'dynamic_sampling']" in out
+    assert "+ loss_fn.token_level_loss=false" in out and "+ loss_fn.ratio_clip_max=0.28" in out
+    assert "11 comparisons from 1 seed(s)" in out  # 2 x 2 + 3 + 4 (finding x metric x B)
+    tables = [h for h in mime_outputs(nb, "text/html") if "<table" in h]
+    summary = [t for t in tables if "A − B [95 % CI]" in t and "Dr. GRPO" in t and "ε_high" in t]
+    assert summary, "no table of all findings"
+    # one seed: a mean, no sd, no interval, and no verdict either way
+    assert "n/a (too few seeds)" in summary[-1] and "yes" not in summary[-1].split("reproduced")[1]
+    # the curves of each finding: the new length metrics were logged and plotted
+    figures = mime_outputs(nb, PLOTLY_JSON)
+    titles = [f.get("layout", {}).get("title", {}).get("text", "") for f in figures]
+    assert "train/mean_gen_tokens_incorrect" in titles and "train/approx_entropy" in titles, titles
+    assert not any("no run logged it" in t for t in titles if "incorrect" in t or "entropy" in t)
+
+
 EXTRA_CHECKS = {
     "01_grpo_step_by_step": [_grpo_step_by_step],
     "02_advantage_estimators": [_advantage_estimators],
     "03_policy_loss_and_kl": [_policy_loss_and_kl],
     "04_ablation_sweep": [_ablation_sweep],
     "06_async_grpo": [_async_grpo],
+    "07_reproducing_findings": [_reproducing_findings],
 }
 
 

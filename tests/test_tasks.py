@@ -16,6 +16,7 @@ from rlnb.engine.environments.math_task import extract_reference
 from rlnb.engine.environments.tasks import (
     TASKS,
     AdditionTask,
+    AdditionThinkTask,
     MathTask,
     ReverseTask,
     TaskConfig,
@@ -66,7 +67,8 @@ def test_reverse_exact_rewards():
     assert r.components["format"].tolist() == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
 
 
-@pytest.mark.parametrize("task", [AdditionTask(), ReverseTask()], ids=["addition", "reverse"])
+@pytest.mark.parametrize("task", [AdditionTask(), ReverseTask(), AdditionThinkTask()],
+                         ids=["addition", "reverse", "addition_think"])
 def test_gdpo_components_have_batch_shape(task):
     rows = task.train_rows(5, seed=1)
     r = task.score([x["prompt"] for x in rows], [x["answer"] for x in rows[:3]] + ["?", ""], rows)
@@ -234,7 +236,7 @@ def test_format_prompt():
 
 
 def test_make_task_and_registry():
-    assert list(TASKS) == ["addition", "reverse", "math"]
+    assert list(TASKS) == ["addition", "reverse", "addition_think", "math"]
     assert isinstance(make_task("addition", max_operand=9, num_val=10), AdditionTask)
     with pytest.raises(ValueError, match=r"unknown task 'additon' \(did you mean 'addition'\?\)"):
         make_task("additon")

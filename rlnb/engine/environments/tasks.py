@@ -8,6 +8,9 @@ Tasks:
   embedded tiny model (arithmetic a 0.3 M-parameter character-level Llama learns in minutes).
 - ``reverse``: ``"rev abc="`` -> ``"cba"``, lowercase words of ``min_len..max_len`` letters; a
   second tiny-model task that needs a different skill (copying by position, not carrying).
+- ``addition_think``: addition whose answer may follow any number of ``"."`` filler ("thinking")
+  characters, ``"12+7="`` -> ``"...19"``, with the same reward as ``"19"``: response length is
+  free, as Dr. GRPO's length-bias study needs (https://arxiv.org/abs/2503.20783).
 - ``math``: GSM8K-style rows from a hub data set or a local ``.json``/``.jsonl``/``.parquet``
   file, scored with ``math_verify``, for real models (``math_task.py``).
 
@@ -21,6 +24,9 @@ Implementation choices:
    the answer (leading spaces are wrong: the tiny model should learn the format). ``format`` is
    partial credit for a well-formed answer (digits / letters of a plausible length), so GDPO has
    a second component; the total reward is ``correct`` only.
+4) ``addition_think`` rows carry an ``sft_target`` (filler of a random length ``0..max_filler``,
+   then the answer): the warm start imitates it, so the policy GRPO starts from already writes
+   responses of several lengths and the loss alone decides whether they grow or shrink.
 """
 
 from __future__ import annotations
@@ -148,6 +154,31 @@ class ReverseTask(GeneratedTask):
         return {"prompt": f"rev {word}=", "answer": word[::-1]}
 
 
+class AdditionThinkTask(AdditionTask):
+    """``"a+b="`` -> ``FILLER * k + "a+b"`` for any ``k >= 0``: the reward ignores the filler, so
+    only the loss can make responses longer or shorter (choice 4). ``max_filler`` bounds the
+    filler of the warm start's demonstrations, not what the reward accepts."""
+
+    name = "addition_think"
+    FILLER = "."
+
+    def __init__(self, max_operand: int = 50, max_filler: int = 4, num_val: int = 200,
+                 seed: int = 0):
+        if max_filler < 0:
+            raise ValueError(f"task 'addition_think': max_filler must be >= 0, got {max_filler}")
+        self.max_filler = max_filler
+        super().__init__(max_operand=max_operand, num_val=num_val, seed=seed)
+
+    def draw(self, rng: random.Random) -> dict:
+        row = super().draw(rng)
+        row["sft_target"] = self.FILLER * rng.randint(0, self.max_filler) + row["answer"]
+        return row
+
+    def score(self, prompts: list[str], responses: list[str], rows: list[dict]) -> Rewards:
+        """``addition``'s exact match on the response with its leading filler removed."""
+        return super().score(prompts, [r.lstrip(self.FILLER) for r in responses], rows)
+
+
 # --------------------------------------------------------------------------------------------
 # prompts, the registry and the config
 
@@ -172,6 +203,7 @@ def format_prompt(row: dict, tokenizer=None, chat_template: bool = False) -> str
 TASKS: dict[str, type[Task]] = {
     "addition": AdditionTask,
     "reverse": ReverseTask,
+    "addition_think": AdditionThinkTask,
     "math": MathTask,
 }
 
@@ -191,6 +223,9 @@ class TaskConfig(Config):
 
     name: str = Field("addition", description=f"task, one of {list(TASKS)}")
     max_operand: int = Field(50, ge=1, description="addition: operands are 0..max_operand")
+    max_filler: int = Field(
+        4, ge=0, description="addition_think: longest filler ('.' run) in the warm start's "
+        "demonstrations (the reward accepts any length)")
     min_len: int = Field(3, ge=1, description="reverse: shortest word")
     max_len: int = Field(6, ge=1, description="reverse: longest word")
     dataset_name: str | None = Field(

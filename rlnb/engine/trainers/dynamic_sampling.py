@@ -17,7 +17,7 @@ import torch
 from rlnb.algorithms.baselines import calculate_baseline_and_std_per_prompt
 from rlnb.algorithms.dynamic_sampling import DynamicSamplingState, dynamic_sampling
 from rlnb.engine.batches import RolloutBatch
-from rlnb.engine.trainers.rollout import generate_and_score, shaped_rewards
+from rlnb.engine.trainers.rollout import generate_and_score, groups_with_signal, shaped_rewards
 
 
 def dynamic_sampling_rollout(trainer, rows=None) -> RolloutBatch:
@@ -51,6 +51,10 @@ def dynamic_sampling_rollout(trainer, rows=None) -> RolloutBatch:
     keep = result.batch["row"].long()
     batch = concat_rollouts(parts, keep, trainer.policy.tokenizer.pad_token_id)
     batch.metrics.update({f"train/{k}": v for k, v in result.metrics.items()})
+    # over every generated group, not the kept ones (those have signal by construction)
+    counts = [groups_with_signal(p.group, p.rewards) for p in parts]
+    batch.metrics["train/groups_with_signal"] = (
+        sum(c[0] for c in counts) / sum(c[1] for c in counts))
     return batch
 
 

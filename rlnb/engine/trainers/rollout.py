@@ -139,16 +139,44 @@ def sample_rollout(trainer, rows: list[dict[str, Any]] | None = None) -> Rollout
     """P prompts x G responses (dynamic sampling if enabled), with the reward metrics."""
     loop = trainer.loop_config
     elapsed = timer()
-    if loop.use_dynamic_sampling:
+    if loop.use_dynamic_sampling:  # it logs the signal of every group it generated
         from rlnb.engine.trainers.dynamic_sampling import dynamic_sampling_rollout
 
         batch = dynamic_sampling_rollout(trainer, rows)
     else:
         batch = generate_and_score(trainer, rows or trainer.next_prompt_rows(),
                                    loop.num_generations_per_prompt, trainer.step_count)
+        with_signal, groups = groups_with_signal(batch.group, batch.rewards)
+        # every rank holds as many groups: the mean over ranks is the global fraction
+        batch.metrics.update(trainer.dist.mean_dict(
+            {"train/groups_with_signal": with_signal / groups}))
     batch.metrics["timing/train/rollout"] = elapsed()
     batch.metrics.update(reward_metrics(trainer, batch.rewards))
+    batch.metrics.update(length_by_outcome(batch.response_lengths, batch.correct))
     return batch
+
+
+def groups_with_signal(group: torch.Tensor, rewards: torch.Tensor) -> tuple[int, int]:
+    """``(groups whose rewards are not all equal, groups)`` for group ids ``[B]`` and raw
+    rewards ``[B]``: a group of equal rewards has zero advantages under any group baseline, so
+    it adds nothing to the gradient (DAPO's dynamic sampling keeps only the others)."""
+    ids, index = group.unique(return_inverse=True)  # [P], [B]
+    r = rewards.double()
+    hi = torch.full((len(ids),), -torch.inf, dtype=r.dtype).scatter_reduce(0, index, r, "amax")
+    lo = torch.full((len(ids),), torch.inf, dtype=r.dtype).scatter_reduce(0, index, r, "amin")
+    return int((hi > lo).sum()), len(ids)
+
+
+def length_by_outcome(response_lengths: torch.Tensor, correct: torch.Tensor
+                      ) -> dict[str, float]:
+    """Mean response length ``[B]`` of the correct and of the incorrect rows ``[B]`` (bool), in
+    tokens: ``train/mean_gen_tokens_correct`` / ``_incorrect``. A side with no row has no key
+    (rather than a NaN): a gap in the curve, as in ``metrics.jsonl`` and the dashboard."""
+    lengths, out = response_lengths.double(), {}
+    for name, side in (("correct", correct), ("incorrect", ~correct)):
+        if bool(side.any()):
+            out[f"train/mean_gen_tokens_{name}"] = float(lengths[side].mean())
+    return out
 
 
 def reward_metrics(trainer, rewards: torch.Tensor) -> dict[str, float]:

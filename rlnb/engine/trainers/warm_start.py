@@ -60,10 +60,12 @@ def warm_start_key(trainer, cfg: SFTConfig) -> str:
 
 
 def supervised_batch(tokenizer, rows: list[dict]) -> dict[str, torch.Tensor]:
-    """``prompt + answer + EOS`` rows (prompt left-padded) with token_mask on answer tokens."""
+    """``prompt + answer + EOS`` rows (prompt left-padded) with token_mask on answer tokens;
+    a row's ``sft_target``, when it has one, replaces its answer (``addition_think``)."""
     prompt_ids, prompt_mask = tokenize_prompts(tokenizer, [r["prompt"] for r in rows])
     answers = [
-        tokenizer(r["answer"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        tokenizer(r.get("sft_target", r["answer"]), add_special_tokens=False)["input_ids"]
+        + [tokenizer.eos_token_id]
         for r in rows
     ]
     width = max(map(len, answers))
