@@ -9,12 +9,15 @@ t interval of A − B (``rlnb.run.stats``) and whether the interval lies on the 
 predicts. An effect that does not appear says so ("no clear effect"): the settings were fixed
 before the first full run and are not tuned until one appears.
 
-    python benchmarks/bench_findings.py                   # full: 3 seeds, about 40 min on 2 cores
+    python benchmarks/bench_findings.py                   # full: 3 seeds (see below)
     python benchmarks/bench_findings.py --quick           # smoke test: small model, 2 steps, 1 seed
     python benchmarks/bench_findings.py --findings clip_higher --seeds 0 1
 
 Wall time and the load average (other processes on the machine slow every run down) are printed
-with the table; ``--json PATH`` also writes every run's per-step record.
+with the table; ``--json PATH`` also writes every run's per-step record. Cost: most of a first
+run is the warm starts (one per finding and seed, cached afterwards; up to 4000 SFT steps each).
+Finding 2 alone took 1.5 min at load average 3.5 with two of its three warm starts to run; a
+warm start of finding 1 took 12 min at load 6-9, and the whole full mode has not been timed yet.
 """
 
 from __future__ import annotations
