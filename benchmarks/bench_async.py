@@ -31,8 +31,11 @@ from rlnb.run.master_config import load_config
 from rlnb.run.warm_start_cache import cached_warm_start
 
 CONFIGS = {"sync": "configs/tiny.yaml", "async": "configs/async_tiny.yaml",
-           "async_recompute": "configs/async_tiny.yaml"}
-EXTRA = {"async_recompute": ["loss_fn.force_on_policy_ratio=false"]}  # a second forward pass
+           "async_recompute": "configs/async_tiny.yaml",
+           "async_2_trainer_threads": "configs/async_tiny.yaml"}
+EXTRA = {"async_recompute": ["loss_fn.force_on_policy_ratio=false"],  # a second forward pass
+         # the trainer keeps both cores (the collector's thread mostly waits for weights)
+         "async_2_trainer_threads": ["grpo.async_grpo.trainer_threads=2"]}
 
 
 def run(loop: str, seed: int, minutes: float, age: int) -> dict:

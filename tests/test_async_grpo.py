@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_config import with_rewards
 
 from rlnb.engine.trainers.async_grpo import AsyncGRPOTrainer, merge_group_metrics
 from rlnb.engine.trainers.grpo import GRPOTrainer
@@ -38,19 +39,6 @@ def cache(tmp_path, monkeypatch):
 
 def config(*extra):
     return load_config(ASYNC, [*SMALL, *extra], preset="fast")
-
-
-def with_rewards(t, pattern=(1.0, 0.0, 0.0, 1.0)):
-    """Score responses by position instead of correctness, so a fresh model has signal (the
-    collector's thread calls this too)."""
-    from rlnb.engine.environments.base import Rewards
-
-    def score(prompts, responses, rows):
-        r = torch.tensor([pattern[i % len(pattern)] for i in range(len(prompts))])
-        return Rewards(total=r, components={}, correct=r > 0)
-
-    t.task.score = score
-    return t
 
 
 def collector_threads():

@@ -8,6 +8,7 @@ import re
 import pytest
 import torch
 from test_distributed import launch
+from tiny_config import with_rewards
 
 from rlnb.engine.batches import RolloutBatch
 from rlnb.engine.models.policy import Policy, PolicyConfig
@@ -43,18 +44,6 @@ def params(model):
 
 def moved(before, model):
     return sorted(k for k, v in model.named_parameters() if not torch.equal(before[k], v))
-
-
-def with_rewards(t: PPOTrainer, pattern=(1.0, 0.0, 0.0, 1.0)):
-    """Score responses by position instead of correctness, so a fresh model has signal."""
-    from rlnb.engine.environments.base import Rewards
-
-    def score(prompts, responses, rows):
-        r = torch.tensor([pattern[i % len(pattern)] for i in range(len(prompts))])
-        return Rewards(total=r, components={}, correct=r > 0)
-
-    t.task.score = score
-    return t
 
 
 # ---------------------------------------------------------------- stage 3 on hand-made tensors

@@ -59,7 +59,7 @@ from rlnb.engine.trainers.collector import (
 )
 from rlnb.engine.trainers.dynamic_sampling import concat_rollouts
 from rlnb.engine.trainers.grpo import GRPOTrainer
-from rlnb.engine.trainers.rollout import add_logprobs, reward_metrics, timer
+from rlnb.engine.trainers.rollout import add_logprobs, outcome_metrics, timer
 
 BUFFER_FILE = "replay_buffer"  # the checkpoint's replay_buffer.pt
 
@@ -154,7 +154,7 @@ class AsyncGRPOTrainer(GRPOTrainer):
             add_logprobs(self, batch)
         ages = [c - v for v in versions]
         batch.metrics.update({
-            **reward_metrics(self, batch.rewards),
+            **outcome_metrics(self, batch),
             **importance_weight_metrics(batch, placeholder=self._loss_computes_prev_logprobs()),
             "train/buffer_size": float(counters["buffer_size"]),
             "train/avg_trajectory_age": sum(ages) / len(ages),

@@ -146,14 +146,22 @@ def sample_rollout(trainer, rows: list[dict[str, Any]] | None = None) -> Rollout
     else:
         batch = generate_and_score(trainer, rows or trainer.next_prompt_rows(),
                                    loop.num_generations_per_prompt, trainer.step_count)
+    batch.metrics["timing/train/rollout"] = elapsed()
+    batch.metrics.update(outcome_metrics(trainer, batch,
+                                         signal=not loop.use_dynamic_sampling))
+    return batch
+
+
+def outcome_metrics(trainer, batch: RolloutBatch, signal: bool = True) -> dict[str, float]:
+    """The rewards' mean and spread over ranks, response lengths by outcome and (``signal``) the
+    fraction of groups with signal, of the batch a step trains on."""
+    out = {**reward_metrics(trainer, batch.rewards),
+           **length_by_outcome(batch.response_lengths, batch.correct)}
+    if signal:  # (dynamic sampling counts every group it generated instead)
         with_signal, groups = groups_with_signal(batch.group, batch.rewards)
         # every rank holds as many groups: the mean over ranks is the global fraction
-        batch.metrics.update(trainer.dist.mean_dict(
-            {"train/groups_with_signal": with_signal / groups}))
-    batch.metrics["timing/train/rollout"] = elapsed()
-    batch.metrics.update(reward_metrics(trainer, batch.rewards))
-    batch.metrics.update(length_by_outcome(batch.response_lengths, batch.correct))
-    return batch
+        out.update(trainer.dist.mean_dict({"train/groups_with_signal": with_signal / groups}))
+    return out
 
 
 def groups_with_signal(group: torch.Tensor, rewards: torch.Tensor) -> tuple[int, int]:
