@@ -340,6 +340,12 @@ def run_all_cells(page: Page, *, timeout: float = 180.0) -> None:
     is idle. Cells after a failing one are aborted (their prompt goes back to "[ ]"), so a
     failure ends the wait too: check `error_outputs` afterwards.
     """
+    start_run_all(page)
+    wait_all_cells_done(page, timeout=timeout)
+
+
+def start_run_all(page: Page) -> None:
+    """Run > Run All Cells from the menu bar; returns once the cells are queued."""
     page.locator(MENUBAR_LABEL, has_text=re.compile(r"^Run$")).click()
     item = page.locator(f'{MENU_ITEM}[data-command="runmenu:run-all"]')
     item.wait_for(state="visible", timeout=10_000)
@@ -354,6 +360,10 @@ def run_all_cells(page: Page, *, timeout: float = 180.0) -> None:
         )
     except Exception as exc:
         raise AssertionError(f"Run All Cells queued no cell; prompts: {code_prompts(page)}") from exc
+
+
+def wait_all_cells_done(page: Page, *, timeout: float = 180.0) -> None:
+    """Wait until no cell is queued or running (see `run_all_cells`)."""
     page.wait_for_function(
         """([prompt, indicator]) => {
             const texts = [...document.querySelectorAll(prompt)].map(e => e.textContent);

@@ -32,6 +32,8 @@ from browser import (  # noqa: E402
     run_cell,
     select_index,
     set_number,
+    start_run_all,
+    wait_all_cells_done,
     wait_for_more_points,
     wait_for_widget_text,
 )
@@ -319,3 +321,39 @@ def test_tutorial_controls_in_the_browser(lab, browser, tmp_path):
         click_toggle_button(page, "metric cards")
         cards.wait_for(state="hidden", timeout=10_000)
         assert error_outputs(page) == []
+
+
+ASYNC_NOTEBOOK = ROOT / "notebooks" / "06_async_grpo.ipynb"
+
+
+def test_async_dashboard_stop_ends_trainer_and_collector_in_the_browser(lab, browser, tmp_path):
+    """Notebook 06 (async GRPO) with fast=True and a live run with no end: Run All, then the
+    dashboard's Stop clicked in the page ends the run and the collector thread (checked by the
+    notebook's own output), and the rest of the notebook runs."""
+    nb = json.loads(ASYNC_NOTEBOOK.read_text())
+    for cell in nb["cells"]:
+        src = "".join(cell["source"])
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            src, n = re.subn(r"^fast\s*=\s*False\b", "fast = True", src, flags=re.M)
+            src, m = re.subn(r"^num_steps\s*=\s*\d+", "num_steps = 100000", src, flags=re.M)
+            assert n == m == 1, src
+        src, _ = re.subn(r"num_steps, minutes = min\(num_steps, 3\), min\(minutes, 0\.05\)",
+                         "minutes = min(minutes, 0.05)  # (test: the live run has no end)", src)
+        cell["source"] = src
+    nb["metadata"]["kernelspec"] = KERNELSPEC
+    (lab.root / ASYNC_NOTEBOOK.name).write_text(json.dumps(nb))
+    with notebook_session(browser, lab, ASYNC_NOTEBOOK.name, tmp_path) as session:
+        page = session.page
+        start_run_all(page)
+        wait_for_widget_text(page, r"step [1-9]\d*", timeout=180)  # the live run is training
+        clicked = time.monotonic()
+        click_nth_button(page, "Stop", 0)
+        wait_for_widget_text(page, r"stopped: \d+ steps", timeout=30)
+        ended = time.monotonic() - clicked
+        wait_all_cells_done(page, timeout=240)
+        assert error_outputs(page) == [] and dialogs(page) == []
+        text = "\n".join(page.locator(".jp-OutputArea-output").all_inner_texts())
+        assert "collector running: False" in text, text[-2000:]
+        steps = int(re.search(r"after (\d+) steps; collector", text).group(1))
+        assert 4 <= steps < 100000 and ended < 10, (steps, ended)
+        print(f"async Stop: training ended {ended:.2f} s after the click, after {steps} steps")
