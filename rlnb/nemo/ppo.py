@@ -26,29 +26,22 @@ rlnb keeps NeMo-RL's meaning, not its signatures: ``setup`` returns the parts bu
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple
 
 from rlnb.algorithms.dynamic_sampling import dynamic_sampling
 from rlnb.algorithms.gae import make_ppo_advantage_estimator
 from rlnb.engine.trainers.ppo import GROUP_ESTIMATORS, PPOConfig
 from rlnb.engine.trainers.ppo import PPOEstimatorConfig as AdvEstimatorConfig
+from rlnb.nemo.grpo import GRPOSaveState
 from rlnb.run.master_config import MasterConfig, load_config
 
 __all__ = ["AdvEstimatorConfig", "MasterConfig", "PPOConfig", "PPOSaveState", "PPOSetup",
            "_create_advantage_estimator", "dynamic_sampling", "ppo_train", "setup", "validate"]
 
 
-class PPOSaveState(TypedDict):
+class PPOSaveState(GRPOSaveState):
     """NeMo-RL's PPO save state: what ``PPOTrainer.state()`` returns (and a checkpoint's
-    ``trainer_state.json`` holds), plus rlnb's ``data_position``."""
-
-    consumed_samples: int
-    current_step: int
-    current_epoch: int
-    total_steps: int
-    total_valid_tokens: int
-    val_reward: float | None
-    data_position: dict[str, Any]
+    ``trainer_state.json`` holds), plus rlnb's ``data_position``: GRPO's fields, no more."""
 
 
 class PPOSetup(NamedTuple):

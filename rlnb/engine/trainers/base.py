@@ -191,6 +191,20 @@ class Trainer:
     def step(self) -> StepMetrics:  # pragma: no cover - every loop defines it
         raise NotImplementedError
 
+    def policy_pass(self, train_data: dict, loss_fn, dry_run: bool) -> dict[str, float]:
+        """The policy's optimizer steps over one batch (none with ``dry_run``): its loss
+        metrics summed over ranks under ``train/``, and ``timing/train/policy_training``.
+        ``loss_fn`` (a ``ClippedPGLossFn``, a ``loss_fn`` config dict, or None: the trainer's)."""
+        from rlnb.engine.trainers.rollout import timer
+
+        if isinstance(loss_fn, dict):
+            loss_fn = ClippedPGLossFn({**self.loss_fn.config.model_dump(), **loss_fn})
+        elapsed = timer()
+        raw = self.policy.optimizer_step(train_data, loss_fn or self.loss_fn, dry_run=dry_run)
+        metrics = {f"train/{k}": v for k, v in self.dist.sum_loss_metrics(raw).items()}
+        metrics["timing/train/policy_training"] = elapsed()
+        return metrics
+
     def publish_weights(self) -> None:
         """After an optimizer step: hand the policy's new weights to generation (NeMo-RL's
         refit; a no-op count when the generator samples with the policy's own module)."""

@@ -200,13 +200,8 @@ class GRPOTrainer(Trainer):
         for this call, e.g. ``{"ratio_clip_max": 0.28}`` in a dry-run comparison.
         """
         expect_batch(batch, AdvantageBatch, f"{type(self).__name__}.update")
-        if isinstance(loss_fn, dict):
-            loss_fn = ClippedPGLossFn({**self.loss_fn.config.model_dump(), **loss_fn})
-        elapsed = timer()
-        raw = self.policy.optimizer_step(batch.train_data(), loss_fn or self.loss_fn,
-                                         dry_run=dry_run)
-        metrics = {f"train/{k}": v for k, v in self.dist.sum_loss_metrics(raw).items()}
-        metrics["timing/train/policy_training"] = t = elapsed()
+        metrics = self.policy_pass(batch.train_data(), loss_fn, dry_run)
+        t = metrics["timing/train/policy_training"]
         toks = metrics.get("train/global_valid_toks", 0.0)
         metrics["timing/train/valid_tokens_per_sec_per_gpu"] = (
             toks / max(t, 1e-9) / self.dist.world_size)

@@ -310,14 +310,8 @@ class PPOTrainer(Trainer):
         return PPOUpdateResult(self.step_count, dry_run, metrics)
 
     def _policy_pass(self, batch, dry_run, loss_fn) -> PPOUpdateResult:
-        if isinstance(loss_fn, dict):
-            loss_fn = ClippedPGLossFn({**self.loss_fn.config.model_dump(), **loss_fn})
-        elapsed = timer()
-        raw = self.policy.optimizer_step(batch.train_data(), loss_fn or self.loss_fn,
-                                         dry_run=dry_run)
-        metrics = {f"train/{k}": v for k, v in self.dist.sum_loss_metrics(raw).items()}
-        metrics["timing/train/policy_training"] = elapsed()
-        return PPOUpdateResult(self.step_count, dry_run, metrics)
+        return PPOUpdateResult(self.step_count, dry_run,
+                               self.policy_pass(batch.train_data(), loss_fn, dry_run))
 
     # ------------------------------------------------------------------ one step
     def step(self) -> StepMetrics:
