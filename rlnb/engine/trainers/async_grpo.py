@@ -94,7 +94,7 @@ class AsyncGRPOTrainer(GRPOTrainer):
         gen = collector_backend(self)
         self.buffer = new_buffer(self.config.grpo)
         self.collector = TrajectoryCollector(
-            self, gen, self.policy.model, self.buffer, initial_version=self.step_count,
+            self, gen, self.policy.model, self.buffer, version=self.step_count,
             tokenizer=getattr(gen, "tokenizer", None))
         self._taken: tuple[int, RolloutBatch] | None = None  # choice 1
         self._main_threads: int | None = None
@@ -106,11 +106,10 @@ class AsyncGRPOTrainer(GRPOTrainer):
         if c.running:
             return
         with c.cond:
-            c.initial_version = c.version = c.latest = self.step_count
+            c.latest = self.step_count
         c.refit()  # the policy may have changed since (a warm start, a resume, steps by hand)
         with c.cond:
-            c.version = c.latest = self.step_count
-            c.refits = 0
+            c.refits = 0  # this start-up sync is not a step's refit
         collector_threads, trainer_threads = self.config.grpo.async_grpo.threads()
         self._main_threads = torch.get_num_threads()
         torch.set_num_threads(trainer_threads)

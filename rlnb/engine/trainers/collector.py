@@ -107,11 +107,11 @@ class TrajectoryCollector:
         generator: a backend with weights of its own (``can_refit``).
         policy_model: the module whose weights the collector copies at a refit.
         buffer: the replay buffer (possibly restored from a checkpoint).
-        initial_version: the policy version of the weights the generator holds now.
+        version: the policy version of the weights the generator holds now.
     """
 
     def __init__(self, trainer, generator, policy_model, buffer: ReplayBuffer, *,
-                 initial_version: int, tokenizer=None):
+                 version: int, tokenizer=None):
         cfg = trainer.loop_config
         self.trainer, self.generator, self.policy_model = trainer, generator, policy_model
         self.tokenizer = tokenizer
@@ -122,9 +122,8 @@ class TrajectoryCollector:
         self.num_prompts = cfg.num_prompts_per_step  # P: a target's rows in the stream
         self.local_prompts = len(trainer.dist.shard(list(range(self.num_prompts))))  # this rank's
         self.generations = cfg.num_generations_per_prompt
-        self.initial_version = initial_version
-        self.version = initial_version  # the weights the generator holds
-        self.latest = initial_version  # the newest weights the trainer published
+        self.version = version  # the weights the generator holds
+        self.latest = version  # the newest weights the trainer published
         self.cond = threading.Condition()  # guards the buffer, versions, error, counters
         self.weights_lock = threading.Lock()  # held by the trainer while weights change
         self.generation_lock = threading.Lock()  # held while the generator samples or refits
