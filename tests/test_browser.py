@@ -36,6 +36,7 @@ from browser import (  # noqa: E402
     wait_all_cells_done,
     wait_for_more_points,
     wait_for_widget_text,
+    widget_texts,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -357,3 +358,19 @@ def test_async_dashboard_stop_ends_trainer_and_collector_in_the_browser(lab, bro
         steps = int(re.search(r"after (\d+) steps; collector", text).group(1))
         assert 4 <= steps < 100000 and ended < 10, (steps, ended)
         print(f"async Stop: training ended {ended:.2f} s after the click, after {steps} steps")
+
+        # the token view's importance_weight colouring (the fresh batch's view comes first)
+        def pick(quantity: str) -> None:
+            button = page.locator("button.widget-toggle-button",
+                                  has_text=re.compile(rf"^\s*{quantity}\s*$")).nth(0)
+            button.scroll_into_view_if_needed()
+            button.click()
+
+        pick("logprob_gap")
+        wait_for_widget_text(page, r"colour: logprob_gap, neutral 0 ", timeout=30)
+        pick("importance_weight")  # back: no view colours by logprob_gap any more
+        deadline = time.monotonic() + 30
+        while any("colour: logprob_gap" in t for t in widget_texts(page)):
+            assert time.monotonic() < deadline, "the importance_weight button changed nothing"
+            time.sleep(0.2)
+        assert sum("colour: importance_weight, neutral 1 " in t for t in widget_texts(page)) == 2
