@@ -232,7 +232,7 @@ def test_closing_train_like_the_dashboard_stop_ends_the_collector(no_threads_lef
 
 
 def test_dashboard_stop_ends_both_sides(no_threads_left):
-    from widgets.dashboard import Dashboard
+    from rlnb.widgets.dashboard import Dashboard
 
     t = AsyncGRPOTrainer(config())
     dash = Dashboard(t)
@@ -382,7 +382,9 @@ def test_two_ranks_train_async_with_a_collector_each(tmp_path):
                .splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3]
     assert [r["train/avg_trajectory_age"] for r in records][0] == 0.0
-    assert all(r["async/groups_generated"] >= 2 for r in records)  # P = 4 over 2 ranks: 2 each
+    # P = 4 over 2 ranks: rank 0's collector generated its 2 groups of each of the 3 steps before
+    # that step read the counter (how they spread over the steps depends on timing)
+    assert sum(r["async/groups_generated"] for r in records) >= 3 * 2
 
 
 def test_verify_replays_an_async_run_on_its_data_order(tmp_path, no_threads_left):
