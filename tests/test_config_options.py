@@ -148,7 +148,9 @@ SAME_NUMBERS = {"policy.logprob_batch_size": 4, "policy.train_micro_batch_size":
                 # the generator's log-probs are the policy's (same weights): ~1e-6 apart
                 "grpo.reuse_generation_logprobs": "false", "ppo.reuse_generation_logprobs": "false",
                 "value.logprob_batch_size": 4, "value.train_micro_batch_size": 4,
-                "value.model_name": "tiny"}  # NeMo-RL's key: it must name the policy's model
+                "value.model_name": "tiny",  # NeMo-RL's key: it must name the policy's model
+                # the same tokens as the lean loop (test_sampler.py); log-probs ~1e-6 apart
+                "policy.generation.sampler": "generate"}
 # run-layer options: their effect is on disk, checked in test_training_run / test_rundir
 RUN_LAYER = ("logger.", "checkpointing.", "cluster.", "sft.cache")
 

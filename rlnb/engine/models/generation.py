@@ -21,22 +21,36 @@ Implementation choices:
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
 from pydantic import Field, model_validator
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from rlnb.algorithms.checks import choose
 from rlnb.algorithms.logprobs import token_logprobs
 from rlnb.config import Config
+from rlnb.engine.models.sampler import sample_tokens
 from rlnb.engine.models.vllm_backend import VLLMConfig, VLLMGenerationBackend  # imports no vllm
+
+# generate() merges a checkpoint's generation_config.json into its arguments: these neutralise
+# the sampling-relevant defaults it may hold, so only policy.generation shapes the distribution
+PLAIN_SAMPLING = {"repetition_penalty": 1.0, "min_p": None, "typical_p": 1.0,
+                  "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "no_repeat_ngram_size": 0,
+                  "bad_words_ids": None,
+                  "suppress_tokens": None, "begin_suppress_tokens": None,
+                  "forced_bos_token_id": None, "forced_eos_token_id": None}
 
 
 class GenerationConfig(Config):
     """``policy.generation``: how responses are sampled."""
 
-    backend: str = Field("hf", description="hf (transformers generate) | vllm (docs/vllm.md).")
+    backend: str = Field("hf", description="hf (the policy's own model) | vllm (docs/vllm.md).")
+    sampler: str = Field(
+        "loop", description="backend=hf: loop (rlnb's lean KV-cache loop, sampler.py) | generate "
+        "(transformers' model.generate); the same tokens for a seed, loop is faster.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature; 1.0 = on-policy.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling; 1.0 disables.")
     top_k: int | None = Field(None, ge=1, description="Top-k sampling; None disables.")
@@ -47,6 +61,11 @@ class GenerationConfig(Config):
     @model_validator(mode="after")
     def _known_backend(self) -> GenerationConfig:
         choose(GENERATION_BACKENDS, self.backend, "generation backend (policy.generation.backend)")
+        choose(dict.fromkeys(("loop", "generate")), self.sampler,
+               "sampler (policy.generation.sampler)")
+        if self.backend != "hf" and self.sampler != "loop":
+            raise ValueError(f"policy.generation.sampler={self.sampler!r} is for backend=hf, not "
+                             f"{self.backend!r} (it would be ignored)")
         if self.backend != "vllm" and self.vllm != VLLMConfig():
             raise ValueError(f"vllm.* settings are for backend=vllm, not {self.backend!r} (they "
                              "would be ignored)")
@@ -163,7 +182,7 @@ class HFGenerationBackend(GenerationBackend):
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.max_prompt_length = max_prompt_length
         self.weight_version = 0
-        self.stopping_criteria = None  # extra ``StoppingCriteriaList`` (the async collector's)
+        self.interrupt = None  # an Event that ends a generation early (the async collector's)
 
     def refresh_weights(self, model: torch.nn.Module) -> None:
         """Nothing to load (the policy's own module samples); counts the version."""
@@ -185,26 +204,21 @@ class HFGenerationBackend(GenerationBackend):
         device = next(self.model.parameters()).device
         was_training = self.model.training
         self.model.eval()
-        out = self.model.generate(
-            input_ids=prompt_ids.to(device),
-            attention_mask=prompt_mask.to(device),
-            do_sample=True,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            top_k=cfg.top_k or 0,
-            max_new_tokens=max_new_tokens or cfg.max_new_tokens,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-            stop_strings=cfg.stop_strings,
-            tokenizer=tok if cfg.stop_strings else None,
-            return_dict_in_generate=True,
-            output_logits=True,
-            stopping_criteria=self.stopping_criteria,
-        )
-        self.model.train(was_training)
-        response_ids = out.sequences[:, prompt_ids.shape[1] :].cpu()  # [B, R]
-        logits = torch.stack(out.logits, dim=1).cpu()  # [B, R, V]
-        logprobs = token_logprobs(logits, response_ids, cfg.temperature)  # [B, R]
+        try:
+            if cfg.sampler == "loop":
+                response_ids, logprobs = sample_tokens(
+                    self.model, prompt_ids.to(device), prompt_mask.to(device),
+                    max_new_tokens=max_new_tokens or cfg.max_new_tokens,
+                    temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                    stop_check=self._stopped_rows if cfg.stop_strings else None,
+                    interrupt=self.interrupt)
+                response_ids, logprobs = response_ids.cpu(), logprobs.cpu()
+            else:
+                response_ids, logprobs = self._generate(prompt_ids.to(device),
+                                                        prompt_mask.to(device), max_new_tokens)
+        finally:
+            self.model.train(was_training)
         stop_lengths = self._stop_lengths(response_ids) if cfg.stop_strings else None
         mask, truncated = response_mask_and_truncation(
             response_ids, tok.eos_token_id, tok.pad_token_id, stop_lengths
@@ -225,6 +239,34 @@ class HFGenerationBackend(GenerationBackend):
             self.weight_version,
         )
 
+    def _generate(self, prompt_ids, prompt_mask, max_new_tokens):
+        """The plain path: ``model.generate``, every step's logits kept, log-probs afterwards.
+        The checkpoint's own generation defaults (top-k 50, repetition penalty, ...) are
+        overridden so the sampled distribution is the configured one (as the loop samples)."""
+        cfg, tok = self.config, self.tokenizer
+        stopping = None
+        if self.interrupt is not None:
+            stopping = StoppingCriteriaList([_Interrupted(self.interrupt)])
+        out = self.model.generate(
+            input_ids=prompt_ids, attention_mask=prompt_mask,
+            do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k or 0,
+            max_new_tokens=max_new_tokens or cfg.max_new_tokens,
+            pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+            stop_strings=cfg.stop_strings, tokenizer=tok if cfg.stop_strings else None,
+            return_dict_in_generate=True, output_logits=True, stopping_criteria=stopping,
+            **PLAIN_SAMPLING,
+        )
+        response_ids = out.sequences[:, prompt_ids.shape[1]:].cpu()  # [B, R]
+        logits = torch.stack(out.logits, dim=1).cpu()  # [B, R, V]
+        return response_ids, token_logprobs(logits, response_ids, cfg.temperature)
+
+    def _stopped_rows(self, response_ids: torch.Tensor) -> torch.Tensor:
+        """[B] bool: rows whose decoded response so far contains a stop string."""
+        return torch.tensor([
+            any(s in self.tokenizer.decode(row, skip_special_tokens=True)
+                for s in self.config.stop_strings)
+            for row in response_ids.tolist()], device=response_ids.device)
+
     def _stop_lengths(self, response_ids: torch.Tensor) -> torch.Tensor:
         """Per row, the token count through the first stop string (0 if none)."""
         out = torch.zeros(response_ids.shape[0], dtype=torch.long)
@@ -235,6 +277,17 @@ class HFGenerationBackend(GenerationBackend):
                     out[b] = n
                     break
         return out
+
+
+class _Interrupted(StoppingCriteria):
+    """``generate``'s form of the interrupt: ends every row once ``event`` is set."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool,
+                          device=input_ids.device)
 
 
 GENERATION_BACKENDS = {"hf": HFGenerationBackend, "vllm": VLLMGenerationBackend}

@@ -48,7 +48,6 @@ from typing import Any
 
 import torch
 from pydantic import Field, model_validator
-from transformers import StoppingCriteria, StoppingCriteriaList
 
 from rlnb.algorithms.replay_buffer import AsyncGRPOConfig, ReplayBuffer, replay_buffer_capacity
 from rlnb.engine.batches import RolloutBatch
@@ -151,9 +150,8 @@ class TrajectoryCollector:
             return
         self.stop_event.clear()
         self.error = None
-        if hasattr(self.generator, "stopping_criteria"):  # HF: stop mid-generation (choice 4)
-            self.generator.stopping_criteria = StoppingCriteriaList(
-                [_Interrupted(self.stop_event)])
+        if hasattr(self.generator, "interrupt"):  # HF: stop mid-generation (choice 4)
+            self.generator.interrupt = self.stop_event
         self.thread = threading.Thread(target=self._run, name="rlnb-trajectory-collector",
                                        daemon=True)
         self.thread.start()
@@ -310,17 +308,6 @@ class TrajectoryCollector:
 
 
 # ---------------------------------------------------------------------------------- generators
-class _Interrupted(StoppingCriteria):
-    """Ends every row once ``event`` is set (a collector being stopped mid-generation)."""
-
-    def __init__(self, event: threading.Event):
-        self.event = event
-
-    def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool,
-                          device=input_ids.device)
-
-
 class HFCopyGenerationBackend(HFGenerationBackend):
     """``HFGenerationBackend`` on a private copy of the policy's weights, reloaded by
     ``refresh_weights``: the async loop's collector samples with it while the policy trains."""
