@@ -1,93 +1,105 @@
-"""Does the embedded default visibly learn? Held-out accuracy before and after GRPO, per seed.
+"""Time to accuracy of the embedded default: what `rlnb train` with no arguments does, per seed.
 
-For each seed: build the tiny character-level Llama (configs/tiny.yaml), warm-start it with the
-short supervised run (cached after the first time), measure held-out accuracy (200 validation
-problems never seen in training, one sampled answer each at temperature 1), then train with
-GRPO for a fixed wall-time budget (validation time included) and measure again.
-Target (issue 3): +30 percentage points within 5 minutes on 2 CPU cores, for each of 3 seeds.
+For each seed this does what `rlnb train` does (``TrainingRun(None).train()``: build the tiny
+character-level Llama, warm-start it with the supervised run, validate, train with GRPO for
+``grpo.max_num_steps`` steps validating every ``grpo.val_period``, validate at the end) with a
+cold warm-start cache (a fresh ``RLNB_CACHE_DIR`` per run), so the clock includes the warm start.
+Held-out accuracy: 200 validation problems never trained on, one answer each sampled at
+temperature 1. It prints, per seed, the accuracy before GRPO and at the end, the gain, the seconds
+(from the run's construction) at which the gain first reached +30 and +40 points, the steps and
+the total seconds, for the current default and for the previous one (``PREVIOUS``: the default
+before issue 15, as overrides), side by side in one run, with the machine's load average.
 
-    python benchmarks/bench_embedded_default.py [--seeds 0 1 2] [--minutes 5]
+Target (issue 15): +40 points within 5 minutes for each of seeds 0, 1, 2 (check 3-5 as well).
+
+    python benchmarks/bench_embedded_default.py [--seeds 0 1 2] [--defaults current previous]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
 
 import torch
 
-from rlnb.engine.trainers.grpo import GRPOTrainer
-from rlnb.engine.trainers.warm_start import warm_start
-from rlnb.run.master_config import load_config
+# the embedded default before issue 15 (configs/tiny.yaml at 0dd82b9), as overrides
+PREVIOUS = [
+    "policy.optimizer.lr=5e-4", "policy.train_global_batch_size=256",
+    "policy.train_micro_batch_size=128", "policy.generation.sampler=generate",
+    "grpo.max_num_steps=1000", "grpo.val_period=50", "sft.max_steps=4000",
+    "sft.stop_at_accuracy=0.3",
+]
 
 
-def run_seed(seed: int, minutes: float, config: str, val_every: int, extra=()) -> dict:
-    cfg = load_config(config, [f"grpo.seed={seed}", "grpo.val_period=0", *extra])
-    trainer = GRPOTrainer(cfg)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        ws = warm_start(trainer, cfg.sft, log=lambda *a: None)
-    before = trainer.validate()["validation/accuracy"]
-    start, curve, reached = time.perf_counter(), [(0, 0.0, before)], None
-    while time.perf_counter() - start < 60 * minutes:
-        trainer.step()
-        if trainer.step_count % val_every == 0:
-            acc = trainer.validate()["validation/accuracy"]
-            elapsed = time.perf_counter() - start
-            curve.append((trainer.step_count, elapsed, acc))
-            if reached is None and acc - before >= 0.30:
-                reached = elapsed
-    after = trainer.validate()["validation/accuracy"]
-    return {
-        "seed": seed,
-        "warm_start_steps": ws["steps"],
-        "warm_start_s": ws.get("seconds"),
-        "cached": ws["cached"],
-        "before": before,
-        "after": after,
-        "best": max(a for *_, a in curve + [(0, 0, after)]),
-        "steps": trainer.step_count,
-        "seconds": time.perf_counter() - start,
-        "reached_30pp_s": reached,
-        "curve": curve,
-    }
+def run_seed(seed: int, overrides: list[str]) -> dict:
+    from rlnb.run.session import TrainingRun
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["RLNB_CACHE_DIR"] = os.path.join(tmp, "cache")  # cold: no cached warm start
+        start = time.perf_counter()
+        run = TrainingRun(None, overrides=[f"grpo.seed={seed}", "checkpointing.enabled=false",
+                                           "logger.log_rollouts=false", *overrides],
+                          run_dir=os.path.join(tmp, "run"), progress=False, log=lambda *a: None)
+        warm = time.perf_counter() - start
+        curve = []  # (step, seconds since start, accuracy)
+        if run.trainer.last_validation:
+            curve.append((0, time.perf_counter() - start,
+                          run.trainer.last_validation["validation/accuracy"]))
+        for metrics in run.steps():
+            if "validation/accuracy" in metrics:
+                curve.append((metrics["step"], time.perf_counter() - start,
+                              metrics["validation/accuracy"]))
+        seconds = time.perf_counter() - start
+        run.close()
+    before = run.accuracy_before if run.accuracy_before is not None else curve[0][2]
+
+    def first(points: float) -> float | None:
+        return next((s for _, s, a in curve if a - before >= points / 100), None)
+
+    return {"seed": seed, "before": before, "after": curve[-1][2], "steps": curve[-1][0],
+            "seconds": seconds, "warm_start_s": warm, "to30": first(30), "to40": first(40),
+            "curve": curve}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--minutes", type=float, default=5.0)
-    parser.add_argument("--config", default="configs/tiny.yaml")
-    parser.add_argument("--val-every", type=int, default=100)
+    parser.add_argument("--defaults", nargs="+", default=["current", "previous"],
+                        choices=["current", "previous"])
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="extra config overrides, e.g. sft.max_steps=4000")
+                        help="extra overrides on the current default (to try a recipe)")
     args = parser.parse_args()
-    print(
-        f"embedded default, {torch.get_num_threads()} threads, {args.minutes} min of GRPO per seed"
-    )
-    results = []
+    print(f"embedded default (`rlnb train`), cold warm-start cache, {torch.get_num_threads()} "
+          f"threads, load {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"previous default = current + {' '.join(PREVIOUS)}", flush=True)
+    header = (f"{'default':>8} {'seed':>4} {'before':>7} {'after':>7} {'gain':>6} {'to +30':>7} "
+              f"{'to +40':>7} {'steps':>6} {'warm':>5} {'total':>6} {'load':>5}")
+    rows = []
+    print(header, flush=True)
     for seed in args.seeds:
-        r = run_seed(seed, args.minutes, args.config, args.val_every, args.set)
-        results.append(r)
-        ws = "cached" if r["cached"] else f"{r['warm_start_s']:.0f}s"
-        reached = "never" if r["reached_30pp_s"] is None else f"{r['reached_30pp_s']:.0f}s"
-        print(
-            f"seed {seed}: warm start {r['warm_start_steps']} SFT steps ({ws}); held-out "
-            f"accuracy {100 * r['before']:.1f}% -> {100 * r['after']:.1f}% "
-            f"({100 * (r['after'] - r['before']):+.1f} pts) after {r['steps']} GRPO steps in "
-            f"{r['seconds']:.0f}s; +30 pts first reached at {reached}",
-            flush=True,
-        )
-        print(
-            "  curve (step, s, acc): "
-            + ", ".join(f"({s}, {t:.0f}, {100 * a:.0f}%)" for s, t, a in r["curve"]),
-            flush=True,
-        )
-    gains = [r["after"] - r["before"] for r in results]
-    print(
-        f"gain per seed (pts): {[round(100 * g, 1) for g in gains]}; target >= +30 for each: "
-        f"{'met' if all(g >= 0.30 for g in gains) else 'NOT met'}"
-    )
+        for which in args.defaults:
+            over = PREVIOUS if which == "previous" else args.set
+            r = run_seed(seed, over)
+            rows.append((which, r))
+
+            def fmt(s):
+                return "never" if s is None else f"{s:.0f}s"
+
+            print(f"{which:>8} {seed:>4} {100 * r['before']:>6.1f}% {100 * r['after']:>6.1f}% "
+                  f"{100 * (r['after'] - r['before']):>+6.1f} {fmt(r['to30']):>7} "
+                  f"{fmt(r['to40']):>7} {r['steps']:>6} {r['warm_start_s']:>4.0f}s "
+                  f"{r['seconds']:>5.0f}s {os.getloadavg()[0]:>5.1f}", flush=True)
+            print("         curve (step, s, acc): " + ", ".join(
+                f"({s}, {t:.0f}, {100 * a:.0f}%)" for s, t, a in r["curve"]), flush=True)
+    for which in args.defaults:
+        got = [r for w, r in rows if w == which]
+        met = all(r["to40"] is not None and r["to40"] <= 300 and r["seconds"] <= 300
+                  for r in got)
+        print(f"{which}: +40 points within 5 minutes for every seed: "
+              f"{'met' if met else 'NOT met'}; gains "
+              f"{[round(100 * (r['after'] - r['before']), 1) for r in got]}", flush=True)
 
 
 if __name__ == "__main__":
