@@ -29,7 +29,8 @@ PREVIOUS = [
     "policy.optimizer.lr=5e-4", "policy.train_global_batch_size=256",
     "policy.train_micro_batch_size=128", "policy.generation.sampler=generate",
     "grpo.max_num_steps=1000", "grpo.val_period=50", "sft.max_steps=4000",
-    "sft.stop_at_accuracy=0.3",
+    "sft.stop_at_accuracy=0.3", "sft.lr=3e-3", "sft.eval_every=50",
+    "checkpointing.save_period=100",
 ]
 
 
@@ -39,8 +40,8 @@ def run_seed(seed: int, overrides: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["RLNB_CACHE_DIR"] = os.path.join(tmp, "cache")  # cold: no cached warm start
         start = time.perf_counter()
-        run = TrainingRun(None, overrides=[f"grpo.seed={seed}", "checkpointing.enabled=false",
-                                           "logger.log_rollouts=false", *overrides],
+        # everything `rlnb train` writes is written (metrics, rollouts, checkpoints)
+        run = TrainingRun(None, overrides=[f"grpo.seed={seed}", *overrides],
                           run_dir=os.path.join(tmp, "run"), progress=False, log=lambda *a: None)
         warm = time.perf_counter() - start
         curve = []  # (step, seconds since start, accuracy)

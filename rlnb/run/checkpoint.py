@@ -35,6 +35,7 @@ Implementation choices:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
@@ -229,6 +230,20 @@ def _check_trainer_state(trainer_state: dict[str, Any]) -> dict[str, Any]:
     return trainer_state
 
 
+@contextlib.contextmanager
+def _quiet_progress():
+    """transformers' own progress bars off for a while (restored as they were)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def save_checkpoint(
     ckpt_root: str | Path,
     step: int,
@@ -266,7 +281,8 @@ def save_checkpoint(
     with atomic_dir(final) as tmp:
         # save_pretrained writes safetensors (the only format in transformers 5, the default
         # in 4.x), so no safe_serialization flag: transformers 5 silently ignores it
-        model.save_pretrained(tmp / "model")
+        with _quiet_progress():  # a per-checkpoint "Writing model shards" bar is noise
+            model.save_pretrained(tmp / "model")
         if not any((tmp / "model").glob("*.safetensors")):
             raise RuntimeError(f"{type(model).__name__}.save_pretrained wrote no .safetensors")
         if tokenizer is not None:
