@@ -276,9 +276,14 @@ class StepBench:
     """One trainer and its bare twins; ``step`` runs every stage once, trainer and bare in turn."""
 
     def __init__(self, overrides: list[str], args, device: torch.device):
-        self.cfg = cfg = load_config(args.config, BASE + overrides + list(args.set))
+        base = [o for o in BASE if not (args.warm and o.startswith("sft."))]
+        self.cfg = cfg = load_config(args.config, base + overrides + list(args.set))
         self.device = device
         self.t = t = GRPOTrainer(cfg)
+        if args.warm:  # the warm-started policy: answers end at EOS after a few tokens
+            from rlnb.run.warm_start_cache import cached_warm_start
+
+            cached_warm_start(t, cfg.sft, log=lambda *a: None)
         t.policy.model.to(device)  # in place: optimizer, generator and reference keep the params
         self.n_params = sum(p.numel() for p in t.policy.model.parameters())
         opt = cfg.policy.optimizer
@@ -453,6 +458,9 @@ def main() -> None:
                         help="extra config overrides for every configuration, e.g. "
                         "grpo.reuse_generation_logprobs=true")
     parser.add_argument("--profile", action="store_true", help="profile even when on target")
+    parser.add_argument("--warm", action="store_true",
+                        help="time the warm-started policy (default: untrained weights, which "
+                             "rarely emit EOS, so every row runs all max_new_tokens)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--memory-pass", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -479,6 +487,7 @@ def main() -> None:
 
     cmd = [sys.executable, __file__, "--memory-pass", "--config", args.config]
     cmd += ["--device", args.device, "--configs", *args.configs, "--set", *args.set]
+    cmd += ["--warm"] if args.warm else []
     lines = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
     peaks = [json.loads(line) for line in lines if line.startswith("{")]
     unit = "CUDA max_memory_allocated" if device.type == "cuda" else "RSS, fresh process"
