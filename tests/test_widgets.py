@@ -269,11 +269,13 @@ def test_config_panel_applies_during_background_training_between_two_steps():
         return original_step()
 
     trainer.step = slow_step
+    lr_before = trainer.config.policy.optimizer.lr
+    assert lr_before != 2e-3
     dash.run(50, background=True)
     panel.controls["policy.optimizer.lr"].value = 2e-3
     panel.apply()  # a step is in progress: queued, nothing changed yet
     assert "applies after step 1" in panel.message.value
-    assert trainer.config.policy.optimizer.lr == 5e-4
+    assert trainer.config.policy.optimizer.lr == lr_before
     gate.set()  # step 1 ends; the change lands before step 2 starts
     deadline = time.time() + 60
     while "applied from step" not in panel.message.value and time.time() < deadline:
@@ -290,4 +292,4 @@ def test_config_panel_applies_during_background_training_between_two_steps():
     dash.wait(timeout=60)
     assert trainer.config.loss_fn.ratio_clip_max == 0.2  # the cancelled change never landed
     lrs = [m["train/lr"] for m in dash.history]
-    assert lrs[0] == 5e-4 and set(lrs[1:]) == {2e-3}, lrs
+    assert lrs[0] == lr_before and set(lrs[1:]) == {2e-3}, lrs
