@@ -2,10 +2,11 @@
 
     responses, log π_gen(y_t | x, y_<t), truncated  ←  backend.generate(prompts)
 
-The Hugging Face backend (default) samples with ``model.generate`` on the policy's own model; a
-vLLM backend plugs in beside it through the same two methods: ``generate`` and
-``refresh_weights`` (called by the trainer after every update, so a separate inference engine
-can load the new weights; a no-op when the backend shares the policy's model).
+The Hugging Face backend (default) samples on the policy's own model, with rlnb's lean loop
+(``sampler.py``; ``policy.generation.sampler: loop``) or ``model.generate`` (``generate``): the
+same tokens for a seed. A vLLM backend plugs in beside it through the same two methods:
+``generate`` and ``refresh_weights`` (called by the trainer after every update, so a separate
+inference engine can load the new weights; a no-op when the backend shares the policy's model).
 
 Implementation choices:
 1) Prompts are left-padded, responses right-padded, so generation appends on the right and a
