@@ -108,6 +108,10 @@ def sample_tokens(
     out = model(input_ids=prompt_ids[::k], attention_mask=prompt_mask[::k], use_cache=True,
                 **extra)
     cache, logits = out.past_key_values, out.logits[:, -1]
+    if k > 1 and not hasattr(cache, "batch_repeat_interleave"):  # a model's own cache type
+        k, extra = 1, ({"position_ids": positions} if takes_positions else {})
+        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, use_cache=True, **extra)
+        cache, logits = out.past_key_values, out.logits[:, -1]
     if k > 1:
         cache.batch_repeat_interleave(k)
         logits = logits.repeat_interleave(k, dim=0)
