@@ -70,7 +70,7 @@ OPTIONAL_VALUES = {
     "ppo.adv_estimator.gae_lambda_policy": 0.5,
     "ppo.seq_logprob_error_threshold": 1.0000001,
     "value.model_name": "tiny",
-    "value_loss_fn.cliprange": 0.01,
+    "value_loss_fn.cliprange": 1e-4,  # under the first Adam steps of the head at lr 3e-4
     "policy.generation.vllm.gpu_memory_utilization": 0.5,
     "policy.generation.vllm.kv_cache_space_gib": 1,
     "policy.generation.vllm.max_model_len": 32,

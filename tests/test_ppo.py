@@ -464,3 +464,9 @@ def test_dashboard_and_stepper_follow_the_ppo_loop(monkeypatch):
     assert t.step_count == 2
     dash.run(1)
     assert t.step_count == 3 and len(dash.columns["critic/loss"][0]) == 3
+    # the explained-variance subplot keeps a [-1, 1] axis however far one batch's EV falls
+    ev_trace = dash.fig.data[dash._index[("critic/explained_var", "line")]]
+    ev_axis = dash.fig.layout["yaxis" + ev_trace.yaxis.removeprefix("y")]
+    assert tuple(ev_axis.range) == (-1.0, 1.0) and ev_axis.autorange is False
+    loss_trace = dash.fig.data[dash._index[("critic/loss", "line")]]
+    assert dash.fig.layout["yaxis" + loss_trace.yaxis.removeprefix("y")].range is None

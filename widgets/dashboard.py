@@ -59,6 +59,7 @@ class Panel:
     keys: tuple[str, ...]
     band: str | None = None
     markers: str | None = None  # a sparse key drawn as markers (e.g. validation accuracy)
+    y_range: tuple[float, float] | None = None  # a fixed y axis (None: plotly's autorange)
 
 
 DEFAULT_PANELS = (
@@ -78,7 +79,9 @@ DEFAULT_PANELS = (
 PPO_PANELS = (
     DEFAULT_PANELS[0], DEFAULT_PANELS[1],
     Panel("value loss (critic)", ("critic/loss",)),
-    Panel("explained variance (critic)", ("critic/explained_var",)),
+    # fixed at [-1, 1]: one batch whose returns are nearly all equal can read -3 or less, and
+    # autorange would flatten the trend the panel is for (docs/algorithms.md#value-loss)
+    Panel("explained variance (critic)", ("critic/explained_var",), y_range=(-1.0, 1.0)),
     DEFAULT_PANELS[3],
     Panel("stage timings (s)", (
         "timing/train/generation", "timing/train/value_inference",
@@ -171,6 +174,8 @@ def build_figure(panels: tuple[Panel, ...], cols: int = 3):
                                 fill="tonexty" if role == "upper" else None,
                                 fillcolor="rgba(99,110,250,0.2)", hoverinfo="skip",
                                 row=row, col=col)
+        if panel.y_range is not None:
+            fig.update_yaxes(range=list(panel.y_range), autorange=False, row=row, col=col)
         if panel.markers:
             index[(panel.markers, "markers")] = len(fig.data)
             fig.add_scatter(x=[], y=[], mode="markers", name="held-out accuracy",
