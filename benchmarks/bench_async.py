@@ -7,8 +7,8 @@ up to one step ahead, prev_logprobs recomputed, importance weights truncated at 
 train for a fixed wall time and measure again. Training steps per minute count training time
 only (validation excluded). Thread counts: the synchronous trainer uses every core; the async
 loop gives each side half (grpo.async_grpo.*_threads), so the two do not fight over the cores.
-Target (issue 13): async >= 1.3x the synchronous steps per minute with max_trajectory_age_steps=1,
-and held-out accuracy at least as good within noise (3 seeds).
+The aim it measures against: async >= 1.3x the synchronous steps per minute with
+max_trajectory_age_steps=1, and held-out accuracy at least as good within noise (3 seeds).
 
     python benchmarks/bench_async.py [--seeds 0 1 2] [--minutes 3] [--age 1]
 

@@ -8,9 +8,11 @@ Held-out accuracy: 200 validation problems never trained on, one answer each sam
 temperature 1. It prints, per seed, the accuracy before GRPO and at the end, the gain, the seconds
 (from the run's construction) at which the gain first reached +30 and +40 points, the steps and
 the total seconds, for the current default and for the previous one (``PREVIOUS``: the default
-before issue 15, as overrides), side by side in one run, with the machine's load average.
+before the current recipe, as overrides), side by side in one run, with the machine's load
+average.
 
-Target (issue 15): +40 points within 5 minutes for each of seeds 0, 1, 2 (check 3-5 as well).
+The aim it measures against: +40 points within 5 minutes for each of seeds 0, 1, 2 (check 3-5 as
+well).
 
     python benchmarks/bench_embedded_default.py [--seeds 0 1 2] [--defaults current previous]
 """
@@ -24,7 +26,7 @@ import time
 
 import torch
 
-# the embedded default before issue 15 (configs/tiny.yaml at 0dd82b9), as overrides
+# the embedded default before the current recipe (configs/tiny.yaml at 0dd82b9), as overrides
 PREVIOUS = [
     "policy.optimizer.lr=5e-4", "policy.train_global_batch_size=256",
     "policy.train_micro_batch_size=128", "policy.generation.sampler=generate",

@@ -5,8 +5,8 @@ For each seed and loop: build the tiny character-level Llama from the loop's con
 warm-start it (the supervised run, cached after the first time and shared by both loops),
 measure held-out accuracy (200 validation problems never trained on, one sampled answer each),
 train for a fixed wall-time budget (validation time included) and measure again.
-Target (issue 11): PPO gains >= +25 points in 5 minutes on 2 CPU cores for seeds 0, 1, 2, with the
-critic's explained variance rising above 0.3 during training.
+The aim it measures against: PPO gains >= +25 points in 5 minutes on 2 CPU cores for seeds 0, 1
+and 2, with the critic's explained variance rising above 0.3 during training.
 
     python benchmarks/bench_ppo.py [--seeds 0 1 2 3] [--minutes 5] [--algos ppo grpo]
 

@@ -6,7 +6,7 @@ Shape legend (used in every docstring and ``# [..]`` comment of the package):
     G   generations per prompt (a "group")
     B   sequences in a batch, B = P*G
     T   tokens per sequence (padded)
-    S   the seed's padded sequence length; stored per-token tensors are [B, S] with index t =
+    S   NeMo-RL's padded sequence length; stored per-token tensors are [B, S] with index t =
         quantity for token t, current-policy log-probs are [B, S-1] with index t = log-prob of
         token t+1 (see ``rlnb.algorithms.logprobs``)
     L   prompt tokens (left-padded), so S = L + R

@@ -245,12 +245,26 @@ def format_summary(s: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlnb", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="tour the estimators and losses on one frozen batch")
+    # argparse prints these texts in a terminal: plain text, no reStructuredText quotes
+    parser = argparse.ArgumentParser(
+        prog="rlnb",
+        description="rlnb: RL post-training of language models (GRPO, PPO with a value model, "
+                    "async GRPO), headless or from notebooks.",
+        epilog="'rlnb COMMAND --help' shows a command's options. Exit codes: 0 done, 1 a run "
+               "failed (or verify found a difference), 2 bad arguments (nothing written).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo = sub.add_parser("demo", help="tour the estimators and losses on one frozen batch",
+                          description="Print the advantage estimators, policy losses and KL "
+                                      "estimators side by side on one frozen batch.")
     demo.add_argument("--seed", type=int, default=0, help="seed of the frozen batch")
     demo.set_defaults(func=_demo)
-    train = sub.add_parser("train", help="train with GRPO (default: the embedded tiny model)")
+    train = sub.add_parser(
+        "train", help="train a policy with GRPO, PPO with a value model, or async GRPO",
+        description="Train a policy with the loop the config names: GRPO (algorithm: grpo, the "
+                    "default), PPO with a value model (algorithm: ppo) or async GRPO (algorithm: "
+                    "grpo with grpo.async_grpo.enabled=true). Without a config: GRPO on the "
+                    "embedded tiny model (configs/tiny.yaml; configs/ppo_tiny.yaml and "
+                    "configs/async_tiny.yaml are the other two loops on it).")
     train.add_argument("items", nargs="*", metavar="[CONFIG.yaml] [key=value ...]",
                        help="a YAML config (default: built-in) then dotted.key=value overrides")
     train.add_argument("--run-dir", default=None, help="run directory (default runs/<time>)")
@@ -259,12 +273,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps",
         type=int,
         default=None,
-        help="steps to run (default: grpo.max_num_steps in total)",
+        help="steps to run (default: grpo.max_num_steps, or ppo.max_num_steps, in total)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
     train.set_defaults(func=_train)
     verify = sub.add_parser("verify", help="replay a run's steps from a checkpoint and compare "
-                                           "them with what it logged (exit 1 on a difference)")
+                                           "them with what it logged (exit 1 on a difference)",
+                            description="Replay a run's steps from one of its checkpoints and "
+                                        "compare them with what it logged; exit 1 on a "
+                                        "difference.")
     verify.add_argument("run_dir", help="the run directory")
     verify.add_argument("--from-step", type=int, default=None, metavar="K",
                         help="the checkpoint to start from (default: the earliest)")
@@ -272,13 +289,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="steps to replay (default: every logged step after K)")
     verify.set_defaults(func=_verify)
 
-    run = sub.add_parser("run", help="execute a notebook headless into a run directory")
+    run = sub.add_parser("run", help="execute a notebook headless into a run directory",
+                         description="Execute a notebook headless (papermill) into a run "
+                                     "directory, with an HTML copy; exit 1 if a cell fails "
+                                     "(the notebook is saved with the error).")
     _notebook_arguments(run, "VALUE", "a parameter of the notebook")
     run.add_argument("--run-dir", default=None,
                      help="run directory (default runs/<notebook>-<time>)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(func=_run)
-    sweep = sub.add_parser("sweep", help="run a notebook over a grid of parameters, with a report")
+    sweep = sub.add_parser("sweep", help="run a notebook over a grid of parameters, with a report",
+                           description="Run a notebook once per point of a grid of parameters "
+                                       "(one run directory each) and write an HTML report "
+                                       "comparing them.")
     _notebook_arguments(sweep, "V1,V2", "comma-separated values are swept, one value is fixed")
     sweep.add_argument("--root", default=None,
                        help="sweep folder (default runs/sweep-<notebook>-<time>); a root that "
@@ -301,7 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--force", action="store_true",
                        help="when resuming, rerun every point")
     sweep.set_defaults(func=_sweep)
-    launch = sub.add_parser("launch", help="run a notebook on N processes (accelerate)")
+    launch = sub.add_parser("launch", help="run a notebook on N processes (accelerate)",
+                            description="Run a notebook on N processes, one rank each, through "
+                                        "accelerate (GPUs, or CPU processes over gloo), on one "
+                                        "machine or several.")
     launch.add_argument("--num-processes", type=int, required=True, metavar="N",
                         help="ranks to start (GPUs, or CPU processes over gloo)")
     _notebook_arguments(launch, "VALUE", "a parameter of the notebook")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from difflib import get_close_matches
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -32,6 +32,13 @@ class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+def _section_model(annotation: Any) -> Any:
+    """The config model inside an annotation: ``GRPOConfig | None`` -> ``GRPOConfig``."""
+    if getattr(annotation, "model_fields", None):
+        return annotation
+    return next((a for a in get_args(annotation) if getattr(a, "model_fields", None)), None)
+
+
 def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     """Valid field names of the (sub)model that ``loc`` points into."""
     current: Any = model
@@ -39,7 +46,7 @@ def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
         fields = getattr(current, "model_fields", None)
         if not fields or part not in fields:
             return []
-        current = fields[part].annotation
+        current = _section_model(fields[part].annotation)
     fields = getattr(current, "model_fields", None)
     return list(fields) if fields else []
 

@@ -17,7 +17,7 @@ from rlnb.algorithms.reduction import global_valid_counts
 
 
 def frozen_batch(num_prompts: int = 4, group_size: int = 4, seq_len: int = 12, seed: int = 0):
-    """A deterministic batch in the seed's stored layout (``[B, S]`` tensors, B = P*G)."""
+    """A deterministic batch in NeMo-RL's stored layout (``[B, S]`` tensors, B = P*G)."""
     g = torch.Generator().manual_seed(seed)
     B = num_prompts * group_size
     prompt_ids = torch.arange(num_prompts).repeat_interleave(group_size)[:, None]  # [B, 1]

@@ -402,10 +402,11 @@ def test_verify_replays_an_async_run_on_its_data_order(tmp_path, no_threads_left
     report = verify_run(tmp_path / "run", 2, log=lines.append)
     assert report.exact and [r["prompts"] for r in report.rows] == ["same", "same"]
     assert "same data order" in report.summary() and ASYNC_NOT_COMPARED in lines[0]
-    path = tmp_path / "run" / "rollouts" / "step_000004.parquet"
+    path = tmp_path / "run" / "rollouts" / "steps_000001.parquet"  # steps 1-4, sealed by close
     table = pd.read_parquet(path)
-    table["prompt"] = table["prompt"].iloc[::-1].to_numpy()  # another order of the same prompts
-    table.to_parquet(path)
+    step4 = table["step"] == 4  # another order of the same prompts
+    table.loc[step4, "prompt"] = table.loc[step4, "prompt"].iloc[::-1].to_numpy()
+    table.to_parquet(path, index=False)
     report = verify_run(tmp_path / "run", 2, log=lines.append)
     assert report.first_difference == "step 4, prompts differ"
 

@@ -63,6 +63,9 @@ TRAIN_ROWS = [
     (["grpo.adv_estimator.name=opd"], "teacher"),
     (["grpo.adv_estimator.name=nope"], "nope"),
     (["loss_fn.ratio_clip_mx=0.3"], "did you mean 'ratio_clip_max'"),
+    (["grpo.sed=1"], "grpo.sed: unknown key; did you mean 'seed'"),  # an optional section too
+    (["policy.generation.backend=vllm", "grpo.reuse_generation_logprobs=true"],
+     "grpo.reuse_generation_logprobs=true needs a generation backend"),
     (["nosection.x=1"], "unknown section"),
     (["loss_fn.ratio_clip_min=1.0"], "ratio_clip_min"),
     (["loss_fn.reference_policy_kl_type=k4"], "k4"),
@@ -372,6 +375,20 @@ NOTEBOOK_ROWS = [
     (["run", "FAKE", "--kernel", "nosuch-kernel"], "no Jupyter kernel"),
     (["sweep", "FAKE", "-p", "seed", "0,1", "-p", "nosuch", "1"], "nosuch"),
     (["launch", "--num-processes", "0", "FAKE"], "num_processes"),
+    # values checked against the parameters cell's defaults and the config schema
+    (["run", "FAKE", "-p", "seed", "abc"], "-p seed: 'abc' is not an int (the default in "
+                                           "fake_metrics.ipynb's parameters cell is 0)"),
+    (["run", "FAKE", "-p", "fast", "3"], "-p fast: 3 is not a bool"),
+    (["run", "FAKE", "-p", "loss_fn.ratio_clip_mx", "0.28"],
+     "-p loss_fn.ratio_clip_mx: unknown key; did you mean 'ratio_clip_max'?"),
+    (["run", "FAKE", "-p", "loss_fn.ratio_clip_max", "abc"],
+     "-p loss_fn.ratio_clip_max: Input should be a valid number"),
+    (["run", "FAKE", "-p", "overrides", "[grpo.sed=1]"], "-p overrides: grpo.sed: unknown key"),
+    (["sweep", "FAKE", "-p", "seed", "0,x"], "-p seed: 'x' is not an int"),
+    (["sweep", "FAKE", "-p", "loss_fn.ratio_clip_max", "0.2,big"],
+     "-p loss_fn.ratio_clip_max: Input should be a valid number"),
+    (["launch", "--num-processes", "1", "FAKE", "-p", "seed", "abc"],
+     "-p seed: 'abc' is not an int"),
 ]
 
 
@@ -387,6 +404,7 @@ def test_notebook_commands_bad_input_exit_2_and_write_nothing(args, fragment, tm
     out = capsys.readouterr()
     assert code == 2, out.err
     assert fragment in out.err and "Traceback" not in out.err + out.out, out.err
+    assert len(out.err.splitlines()) == 1, out.err
     assert files(tmp_path) == before
 
 

@@ -113,8 +113,8 @@ def test_lab_renders_figurewidget_and_button_callback(lab, browser, tmp_path):
 
 
 # Appended to the tutorial copy: the kernel's side of every check, printed as one JSON line.
-# Run through the page (click into the cell, Ctrl+Enter), so it is also the "cell executed
-# while training runs" of the issue.
+# Run through the page (click into the cell, Ctrl+Enter), so it is also a cell executed while
+# training runs.
 PROBE = """# PROBE: the kernel's view for tests/test_browser.py
 import json as _json
 _cfg = trainer.config

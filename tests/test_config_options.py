@@ -142,7 +142,11 @@ ASSERTED_ELSEWHERE = {
     # the async sides' torch thread counts change no number; the async tests read them back
     "grpo.async_grpo.collector_threads": "test_async_grpo.py",
     "grpo.async_grpo.trainer_threads": "test_async_grpo.py",
+    # which steps' rollouts are written: on disk, read back in the run tests
+    "logger.rollouts_every": "test_training_run.py",
 }
+# a value for plain number options that the walk tries as well (the others size the run)
+NUMBER_VALUES = {"logger.rollouts_every": 2}
 # options that change no number by design: the same numbers must come out
 SAME_NUMBERS = {"policy.logprob_batch_size": 4, "policy.train_micro_batch_size": 4,
                 # the generator's log-probs are the policy's (same weights): ~1e-6 apart
@@ -195,6 +199,8 @@ def variants() -> list[tuple[str, list[str]]]:
             found.append((key, [f"{key}={str(not default).lower()}"]))
         elif key in SAME_NUMBERS:
             found.append((key, [f"{key}={SAME_NUMBERS[key]}"]))
+        elif key in NUMBER_VALUES:
+            found.append((key, [f"{key}={NUMBER_VALUES[key]}"]))
         elif default is None or (isinstance(ann, types.UnionType) and type(None) in args):
             if key in OPTIONAL_VALUES:
                 found.append((key, [f"{key}={OPTIONAL_VALUES[key]}"]))
@@ -298,6 +304,12 @@ VARIANTS = variants()
 def test_every_optional_option_has_a_value_to_try():
     missing = [key for key, over in VARIANTS if over[-1] == "MISSING"]
     assert not missing, f"give these optional options a value in OPTIONAL_VALUES: {missing}"
+
+
+def test_bad_values_of_a_number_option_are_refused_naming_it():
+    for bad in ("0", "-2", "2.5", "often"):
+        with pytest.raises(ValueError, match=r"logger\.rollouts_every"):
+            rlnb.load_config(None, [f"logger.rollouts_every={bad}"])
 
 
 def test_the_walk_covers_every_section():

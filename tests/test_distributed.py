@@ -115,7 +115,7 @@ def test_rlnb_train_under_the_launcher_writes_one_run_dir_from_rank_0(tmp_path):
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]  # each step logged once, not once per rank
     assert (run / "config.yaml").exists()
-    assert sorted(p.name for p in (run / "rollouts").iterdir()) == ["step_000001.parquet", "step_000002.parquet"]
+    assert sorted(p.name for p in (run / "rollouts").iterdir()) == ["steps_000001.parquet"]  # sealed
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000002"]
     state = json.loads((run / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
     assert state["current_step"] == 2 and state["data_position"]["consumed_prompts"] == 8

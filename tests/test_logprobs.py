@@ -1,4 +1,4 @@
-"""Logits -> token log-probs and entropies: hand numbers, temperature, dtype, the seed's layout."""
+"""Logits -> token log-probs and entropies: hand numbers, temperature, dtype, NeMo-RL's layout."""
 
 import math
 

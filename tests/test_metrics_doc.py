@@ -1,4 +1,4 @@
-"""Every metric key an emitter returns has a backticked row in docs/metrics.md (STYLE rule 10)."""
+"""Every metric key an emitter returns has a backticked row in docs/metrics.md."""
 
 import dataclasses
 import re

@@ -62,7 +62,7 @@ def test_every_ppo_estimator_refuses_unknown_keywords(cls, typo):
 
 
 def test_gae_takes_nemo_rl_ppo_loop_call_and_its_positional_order():
-    # The brief's example: reward 0, values 0, log π_old = -1, log π_ref = -2, β = 0.5, k3,
+    # A hand-checked case: reward 0, values 0, log π_old = -1, log π_ref = -2, β = 0.5, k3,
     # γ = λ = 1, no whitening: -β·k3(-1) = -0.18394 per token, summed right to left.
     est = GeneralizedAdvantageEstimator(
         {"normalize_advantages": False, "gae_lambda": 1.0, "gae_gamma": 1.0},

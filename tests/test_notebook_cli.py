@@ -7,11 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
 from rlnb.run.notebooks import (
+    check_parameters,
+    config_override_problem,
     format_value,
     notebook_parameters,
     parse_value,
@@ -26,6 +29,8 @@ pytest.importorskip("nbconvert")
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "tests" / "notebooks" / "train_tiny.ipynb"  # two GRPO steps of the tiny model
 FAKE = ROOT / "tests" / "notebooks" / "fake_metrics.ipynb"  # made-up curves, fails on demand
+NB01 = ROOT / "notebooks" / "01_grpo_step_by_step.ipynb"  # GRPO; seed = 0, fast = False, ...
+NB05 = ROOT / "notebooks" / "05_ppo_value_model.ipynb"  # PPO (ppo_tiny): its ppo.* keys are valid
 GRID = ["-p", "loss_fn.ratio_clip_max", "0.2,0.28", "-p", "seed", "0,1", "-p", "fail_above", "0.5"]
 NAMES = [
     "loss_fn.ratio_clip_max=0.2__seed=0", "loss_fn.ratio_clip_max=0.2__seed=1",
@@ -95,6 +100,109 @@ def test_notebook_parameters_reads_the_tagged_cell():
                                          "hold_file"}
 
 
+def notebook_with(tmp_path: Path, source: str) -> Path:
+    """A one-cell notebook whose cell, tagged ``parameters``, is ``source``."""
+    path = tmp_path / "params.ipynb"
+    path.write_text(json.dumps({
+        "cells": [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": source,
+                   "outputs": [], "execution_count": None}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+PARAMS_CELL = """
+rate = 0.5
+steps = 3
+fast = False
+name = "x"
+items = [1, 2]
+table = {"a": 1}
+anything = None
+computed = 2 ** 10
+typed: int = 4
+overrides = []
+steps = 5  # the last assignment is the default papermill leaves
+"""
+
+
+def test_values_that_fit_their_defaults_pass_the_check(tmp_path):
+    nb = notebook_with(tmp_path, PARAMS_CELL)
+    fits = {"rate": 1, "steps": 7, "fast": True, "name": "y", "items": [], "table": {"b": [1]},
+            "anything": "text", "computed": "not checked", "typed": -2}
+    assert check_parameters(nb, fits) == fits  # an int where the default is a float, ...
+    from_python = {"steps": np.int64(2), "rate": np.float32(0.5), "items": (3,)}
+    assert check_parameters(nb, from_python) == from_python  # numpy scalars, a tuple
+    for value in [None, 3, 0.1, True, "s", [1], {"k": "v"}]:  # a None default takes anything
+        assert check_parameters(nb, {"anything": value}) == {"anything": value}
+    # config keys the notebook may accept: a valid key and value, a loop section of another
+    # algorithm (notebook 05 runs PPO), NeMo-RL's top-level name of an estimator key, and a
+    # value that fails only with the default config's other keys (async_tiny sets the rest)
+    for key, value in [("loss_fn.ratio_clip_max", 0.28), ("ppo.ppo_epochs", 2),
+                       ("value_loss_fn.cliprange", None), ("grpo.normalize_rewards", False),
+                       ("grpo.async_grpo.enabled", True), ("grpo.num_generations_per_prompt", 1)]:
+        assert check_parameters(nb, {key: value})["overrides"] == [f"{key}={format_value(value)}"]
+    assert check_parameters(nb, {"overrides": ["grpo.seed=3"], "grpo.val_period": 0}) == {
+        "overrides": ["grpo.seed=3", "grpo.val_period=0"]}
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"steps": "abc"}, "-p steps: 'abc' is not an int (the default in params.ipynb's parameters "
+                       "cell is 5)"),
+    ({"steps": 2.0}, "-p steps: 2.0 is not an int"),  # an int stays an int
+    ({"steps": True}, "-p steps: True is not an int"),  # a bool is not an int
+    ({"steps": None}, "-p steps: None is not an int"),
+    ({"typed": "x"}, "-p typed: 'x' is not an int (the default in params.ipynb's parameters "
+                     "cell is 4)"),
+    ({"rate": "fast"}, "-p rate: 'fast' is not a number (the default in params.ipynb's "
+                       "parameters cell is 0.5)"),
+    ({"rate": False}, "-p rate: False is not a number"),
+    ({"fast": 3}, "-p fast: 3 is not a bool (true or false) (the default in params.ipynb's "
+                  "parameters cell is False)"),
+    ({"name": 3}, "-p name: 3 is not a str (the default in params.ipynb's parameters cell is "
+                  "'x'); quote it to pass it as text: -p name '\"3\"'"),
+    ({"items": 1}, "-p items: 1 is not a list (the default in params.ipynb's parameters cell "
+                   "is [1, 2])"),
+    ({"table": [1]}, "-p table: [1] is not a dict"),
+    ({"loss_fn.ratio_clip_mx": 0.28},
+     "-p loss_fn.ratio_clip_mx: unknown key; did you mean 'ratio_clip_max'?"),
+    ({"loss_fn.ratio_clip_max": "abc"},
+     "-p loss_fn.ratio_clip_max: Input should be a valid number, unable to parse string as a "
+     "number (got 'abc')"),
+    ({"los_fn.ratio_clip_max": 0.2},
+     "-p los_fn.ratio_clip_max: los_fn: unknown section; did you mean 'loss_fn'?"),
+    ({"grpo.normalize_rewards": "maybe"},  # checked where NeMo-RL's name goes
+     "-p grpo.normalize_rewards: grpo.adv_estimator.normalize_rewards: Input should be a valid "
+     "boolean"),
+    ({"ppo.ppo_epochs": "two"}, "-p ppo.ppo_epochs: Input should be a valid integer"),
+    ({"overrides": ["grpo.seed=1", "loss_fn.ratio_clip_mx=1"]},
+     "-p overrides: loss_fn.ratio_clip_mx: unknown key; did you mean 'ratio_clip_max'?"),
+    ({"overrides": ["grpo.seed"]}, "-p overrides: override 'grpo.seed' must look like "
+                                   "dotted.key=value"),
+], ids=lambda x: str(x)[:30])
+def test_values_that_do_not_fit_are_refused_with_the_parameter_named(tmp_path, params, message):
+    nb = notebook_with(tmp_path, PARAMS_CELL)
+    with pytest.raises(ValueError) as err:
+        check_parameters(nb, params)
+    assert str(err.value).startswith(message), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_config_override_is_judged_on_its_own_key_only():
+    assert config_override_problem("loss_fn.ratio_clip_max=0.28") is None
+    assert config_override_problem("loss_fn.ratio_clip_mx=0.28") == (
+        "loss_fn.ratio_clip_mx: unknown key; did you mean 'ratio_clip_max'?")
+    # inside a value given as a mapping: the path names the key within it
+    assert config_override_problem("policy.generation={temprature: 1.0}") == (
+        "policy.generation.temprature: unknown key; did you mean 'temperature'?")
+    assert config_override_problem("policy.optimizer={lr: x}") == (
+        "policy.optimizer.lr: Input should be a valid number, unable to parse string as a number "
+        "(got 'x')")
+    # a cross-field check about the section (load_config refuses it on the default config) is
+    # the notebook's to make: its base config may set the other key
+    assert config_override_problem("loss_fn.ratio_clip_min=1.0") is None
+    assert config_override_problem("grpo.batch_multiplier=2") is None
+
+
 def test_run_dir_tolerates_the_notebook_files_only(tmp_path):
     ok = tmp_path / "ok"
     (ok / "ranks").mkdir(parents=True)
@@ -162,8 +270,8 @@ def test_run_executes_the_notebook_into_its_run_dir(trained):
     assert meta["parameters"]["run_dir"] == str(run_dir.resolve())  # injected, absolute
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
-    assert sorted(p.name for p in (run_dir / "rollouts").iterdir()) == [
-        "step_000001.parquet", "step_000002.parquet"]
+    # steps 1-2 in one chunk, sealed when the notebook's run.train() ended
+    assert sorted(p.name for p in (run_dir / "rollouts").iterdir()) == ["steps_000001.parquet"]
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["loss_fn"]["ratio_clip_max"] == 0.31 and config["grpo"]["seed"] == 1
 
@@ -211,6 +319,36 @@ def test_bad_arguments_exit_2_and_write_nothing(tmp_path, env, args, message):
     assert message in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["busy"]
     assert [p.name for p in (tmp_path / "busy").iterdir()] == ["keep.txt"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", NB01, "-p", "seed", "abc"], "rlnb run: -p seed: 'abc' is not an int (the default in "
+                                         "01_grpo_step_by_step.ipynb's parameters cell is 0)"),
+    (["run", NB01, "-p", "loss_fn.ratio_clip_mx", "0.28"],
+     "rlnb run: -p loss_fn.ratio_clip_mx: unknown key; did you mean 'ratio_clip_max'?"),
+    (["run", NB01, "-p", "loss_fn.ratio_clip_max", "abc"],
+     "rlnb run: -p loss_fn.ratio_clip_max: Input should be a valid number"),
+    (["run", NB01, "-p", "fast", "3"], "rlnb run: -p fast: 3 is not a bool (true or false) (the "
+                                       "default in 01_grpo_step_by_step.ipynb's parameters cell "
+                                       "is False)"),
+    (["run", NB05, "-p", "ppo.ppo_epochs", "two"],
+     "rlnb run: -p ppo.ppo_epochs: Input should be a valid integer"),
+    (["sweep", NB01, "-p", "seed", "0,x,2", "-p", "fast", "true", "--root", "sw"],
+     "rlnb sweep: -p seed: 'x' is not an int"),
+    (["sweep", NB01, "-p", "loss_fn.ratio_clip_max", "0.2,big", "--root", "sw"],
+     "rlnb sweep: -p loss_fn.ratio_clip_max: Input should be a valid number"),
+    (["launch", "--num-processes", "2", NB01, "-p", "kl_penalty", "abc"],
+     "rlnb launch: -p kl_penalty: 'abc' is not a number (the default in "
+     "01_grpo_step_by_step.ipynb's parameters cell is 0.01)"),
+], ids=["int", "unknown-key", "key-value", "bool", "ppo-key-value", "sweep", "sweep-key",
+        "launch"])
+def test_values_that_do_not_fit_exit_2_before_a_kernel_starts(tmp_path, env, args, message):
+    proc = rlnb(*args, cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(message), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr  # no kernel, no progress bar
+    assert proc.stdout == ""
+    assert list(tmp_path.iterdir()) == []  # no runs/, no sweep root
 
 
 @pytest.fixture(scope="module")

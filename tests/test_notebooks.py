@@ -141,6 +141,70 @@ def test_runs_end_to_end_without_errors(executed):
     assert error is None and not errors, f"{name} failed with fast=True:\n" + "\n\n".join(errors)
 
 
+def test_nothing_on_stderr(executed):
+    """No warning, deprecation or stray progress bar reaches the reader: a stderr stream output is
+    what JupyterLab draws in an error-coloured box. Progress bars are widgets (tqdm.auto) whose
+    saved twin shows where they ended, never on stderr."""
+    name, nb, _ = executed
+    errs = [(i, ANSI.sub("", out["text"]).strip()[:300]) for i, out in outputs(nb)
+            if out["output_type"] == "stream" and out.get("name") == "stderr"]
+    assert not errs, f"{name} wrote to stderr:\n" + "\n".join(f"cell {i}: {t}" for i, t in errs)
+
+
+def test_progress_bars_show_where_they_ended(executed):
+    """A progress bar's saved output (what an exported or reopened notebook shows) is its final
+    state, not the 0% it was displayed at."""
+    name, nb, _ = executed
+    frozen = [(i, out["data"]["text/plain"][:120]) for i, out in outputs(nb)
+              if re.search(r"\b0%\|", out.get("data", {}).get("text/plain", ""))]
+    assert not frozen, f"{name}: progress bars saved at 0%: {frozen}"
+
+
+PROGRESS_CELLS = [
+    """import rlnb
+SMALL = ["policy.tiny.hidden_size=32", "policy.tiny.num_hidden_layers=1",
+         "policy.max_total_sequence_length=20", "policy.generation.max_new_tokens=4",
+         "policy.train_micro_batch_size=8", "policy.train_global_batch_size=16",
+         "grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=4", "data.num_val=16",
+         "grpo.val_period=0", "sft.max_steps=4", "sft.stop_at_accuracy=null",
+         "logger.tensorboard_enabled=false"]
+run = rlnb.TrainingRun(None, overrides=SMALL, run_dir=RUN_DIR, progress=True)""",
+    "summary = run.train(3)",
+    """steps = run.trainer.train(5, progress=True)
+next(steps)  # one step of five, then the consumer stops (a Stop button does the same)
+steps.close()""",
+]
+
+
+def test_progress_bars_in_a_notebook_end_and_are_saved_where_they_ended(tmp_path):
+    """Progress bars shown in a real kernel: nothing on stderr, and each bar's saved text twin is
+    its last state: the warm start's 4 of 4 SFT steps, 3 of 3 GRPO steps, and 1 of 5 where the
+    consumer stopped the loop (not the 0% every bar was first displayed at)."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python",
+                                 "display_name": "Python 3"}
+    nb.cells = [nbformat.v4.new_code_cell(f"RUN_DIR = {str(tmp_path / 'run')!r}"),
+                *map(nbformat.v4.new_code_cell, PROGRESS_CELLS)]
+    source, output = tmp_path / "bars.ipynb", tmp_path / "bars_out.ipynb"
+    nbformat.write(nb, source)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RLNB_CACHE_DIR", str(tmp_path / "cache"))
+        mp.setenv("JUPYTER_PATH", str(Path(sys.prefix) / "share" / "jupyter"))
+        papermill.execute_notebook(str(source), str(output), kernel_name="python3",
+                                   progress_bar=False, execution_timeout=CELL_TIMEOUT_S)
+    done = read(output)
+    errs = [out["text"] for _, out in outputs(done)
+            if out["output_type"] == "stream" and out.get("name") == "stderr"]
+    assert not errs, errs
+    bars = {i: out["data"]["text/plain"] for i, out in outputs(done)
+            if "application/vnd.jupyter.widget-view+json" in out.get("data", {})}
+    texts = list(bars.values())
+    assert any(t.startswith("warm start (SFT): 100%") and "4/4" in t for t in texts), texts
+    assert any(t.startswith("GRPO: 100%") and "3/3" in t for t in texts), texts
+    assert any(t.startswith("GRPO:  20%") and "1/5" in t for t in texts), texts
+    assert not any(re.search(r"\b0%\|", t) for t in texts), texts
+
+
 def test_shows_a_plotly_figure(executed):
     name, nb, _ = executed
     html = mime_outputs(nb, "text/html")

@@ -169,3 +169,71 @@ def test_cli_rejects_unknown_commands():
     res = subprocess.run([sys.executable, "-m", "rlnb.cli", "trian"], cwd=ROOT,
                          capture_output=True, text=True)
     assert res.returncode == 2 and "invalid choice: 'trian'" in res.stderr
+
+
+def _help(capsys, *command: str) -> str:
+    """What ``rlnb [COMMAND] --help`` prints, through the CLI's own entry point."""
+    from rlnb.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--help"])
+    assert done.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_cli_help_is_plain_text_and_train_names_every_loop(capsys, monkeypatch):
+    import argparse
+
+    from rlnb.cli import build_parser
+    from rlnb.engine.trainers.loops import TRAINERS
+
+    monkeypatch.setenv("COLUMNS", "100")  # argparse wraps to the terminal: one width for all
+    subparsers = next(a for a in build_parser()._actions
+                      if isinstance(a, argparse._SubParsersAction))
+    commands = list(subparsers.choices)
+    assert {"demo", "train", "verify", "run", "sweep", "launch"} <= set(commands)
+    texts = {"rlnb": _help(capsys)} | {c: _help(capsys, c) for c in commands}
+    for command, text in texts.items():
+        # a terminal shows no reStructuredText or Markdown: ``rlnb`` would print as-is
+        assert "`" not in text, f"rlnb {command} --help has backquotes:\n{text}"
+        assert not re.search(r":(func|class|mod|meth|ref):", text), command
+    for command in commands:  # each command says what it does on its own help page
+        assert subparsers.choices[command].description, f"rlnb {command} has no description"
+    top = " ".join(texts["rlnb"].split())
+    train = " ".join(texts["train"].split())
+    for name in TRAINERS:  # every registered loop, by its config name and its display name
+        assert f"algorithm: {name}" in train, f"rlnb train --help does not name the {name} loop"
+        assert name.upper() in top, f"rlnb --help does not name the {name} loop"
+    # the async loop is GRPO with grpo.async_grpo.enabled (loops.should_use_async_rollouts)
+    assert "async GRPO" in top and "async GRPO" in train
+    assert "grpo.async_grpo.enabled" in train
+
+
+def _project_text_files():
+    """Every text file a reader of the project meets (sources, docs, notebooks, configs, tests)."""
+    suffixes = {".py", ".md", ".ipynb", ".yaml", ".yml", ".toml", ".txt", ".sh", ".cfg"}
+    folders = ["rlnb", "widgets", "docs", "notebooks", "benchmarks", "configs", "tests", ".ci"]
+    files = [ROOT / "README.md", ROOT / "pyproject.toml", ROOT / "environment.yml",
+             ROOT / "constraints.txt"]
+    for folder in folders:
+        files += [p for p in sorted((ROOT / folder).rglob("*"))
+                  if p.is_file() and "__pycache__" not in p.parts
+                  and (p.suffix in suffixes or p.parent.name == ".ci")]
+    return files
+
+
+def test_the_project_speaks_of_itself_only():
+    # an issue tracker's numbers and planning files a reader does not have; an external project's
+    # issue is cited by its URL (".../issues/719"), which this pattern leaves alone
+    issue = re.compile(r"\bissue\s*#?\s*\d+", re.I)
+    outside = re.compile(r"\b(?:STYLE|DESIGN)\.md\b")
+    files = _project_text_files()
+    names = {p.relative_to(ROOT).as_posix() for p in files}
+    assert {"README.md", "docs/algorithms.md", "rlnb/cli.py",
+            "notebooks/01_grpo_step_by_step.ipynb", "configs/tiny.yaml"} <= names
+    found = []
+    for path in files:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for match in (*issue.finditer(line), *outside.finditer(line)):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {match.group(0)!r}")
+    assert not found, "mentions of things outside the project:\n" + "\n".join(found)

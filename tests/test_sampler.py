@@ -1,17 +1,17 @@
 """The lean sampling loop draws what ``model.generate`` draws: the same tokens and log-probs for a
 seed, with padding, groups of repeated prompts, rows ending at different steps, top-k / top-p /
-temperature, on two architectures; stop strings and the interrupt end rows; the backend's two
-paths agree."""
+temperature, on two architectures and on a recurrent model whose cache cannot be repeated; stop
+strings and the interrupt end rows; the backend's two paths agree."""
 
 import threading
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, xLSTMConfig, xLSTMForCausalLM
 
 from rlnb.algorithms.logprobs import token_logprobs
 from rlnb.engine.models.generation import GenerationConfig, HFGenerationBackend, left_pad
-from rlnb.engine.models.sampler import sample_tokens, warp_logits
+from rlnb.engine.models.sampler import _repeat_groups, sample_tokens, warp_logits
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
 
 PAD = 0
@@ -78,6 +78,45 @@ def test_same_tokens_and_logprobs_as_generate(build, sampling, repeat):
         assert (got_lp[~live] == 0).all()
     ended = torch.cat(ended)
     assert ended.any() and not ended.all()  # rows end at different steps: rows get dropped
+
+
+def xlstm():
+    """A recurrent model whose own cache type (``xLSTMCache``: per-layer states, no keys or
+    values) has no ``batch_repeat_interleave``."""
+    torch.manual_seed(3)
+    # qk_dim_factor=1: the config rounds the query/key width up to a multiple of 64 while the
+    # layers use hidden_size * qk_dim_factor, so at this width the default 0.5 mismatches;
+    # float32 kernels so log-probs compare at 1e-5
+    return xLSTMForCausalLM(xLSTMConfig(
+        vocab_size=40, hidden_size=64, num_hidden_layers=2, num_heads=2, qk_dim_factor=1.0,
+        chunk_size=8, autocast_kernel_dtype="float32", pad_token_id=PAD, bos_token_id=None,
+        eos_token_id=None)).eval()
+
+
+def test_a_cache_that_cannot_be_repeated_is_prefilled_for_every_row():
+    model = xlstm()
+    sampling = {"temperature": 0.7, "top_k": 6, "top_p": 0.9}
+    ids, mask = prompts(model.config.vocab_size, groups=4, repeat=3)
+    # the premise: groups of 3 that the sampler would prefill once, and a cache it cannot repeat
+    assert _repeat_groups(ids, mask) == 3
+    out = model(input_ids=ids[:1], attention_mask=mask[:1], use_cache=True)
+    assert out.cache is not None and not hasattr(out.cache, "batch_repeat_interleave")
+    eos = frequent_token(model, ids, mask)
+    ended = []
+    for seed in (0, 1, 2):
+        want, want_lp = by_generate(model, ids, mask, eos, seed, **sampling)
+        torch.manual_seed(seed)
+        got, got_lp = sample_tokens(model, ids, mask, max_new_tokens=8, eos_token_id=eos,
+                                    pad_token_id=PAD, **sampling)
+        assert torch.equal(got, want)
+        steps = torch.arange(want.shape[1])
+        first_eos = torch.where(want == eos, steps, want.shape[1]).amin(1, keepdim=True)
+        live = steps <= first_eos
+        torch.testing.assert_close(got_lp[live], want_lp[live], rtol=0, atol=1e-5)
+        assert (got_lp[~live] == 0).all()
+        ended.append((want == eos).any(1))
+    ended = torch.cat(ended)
+    assert ended.any() and not ended.all()  # rows end at different steps
 
 
 def test_warp_logits_keeps_the_top_k_and_the_nucleus():

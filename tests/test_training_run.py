@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from tiny_config import TINY
@@ -36,8 +37,13 @@ def test_run_directory_holds_config_metrics_rollouts_and_checkpoints(tmp_path):
     metrics = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [0, 1, 2, 3, 4]
     assert "validation/accuracy" in metrics[0] and "train/loss" in metrics[1]
+    # one chunk, sealed when train() ended: every step in one file with a step column
+    assert [p.name for p in (d / "rollouts").iterdir()] == ["steps_000001.parquet"]
     frame = run.run_dir.read_rollouts(3)
     assert len(frame) == 16
+    every = run.run_dir.read_all_rollouts()
+    assert every["step"].tolist() == [s for s in (1, 2, 3, 4) for _ in range(16)]
+    assert every[every["step"] == 3]["reward"].tolist() == frame["reward"].tolist()
     for col in ("input_ids", "token_mask", "advantages", "generation_logprobs", "prev_logprobs",
                 "reference_logprobs", "reward"):
         assert col in frame.columns, col
@@ -54,15 +60,41 @@ def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path):
     full = TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "full", progress=False, log=lambda *a: None)
     full.train()
     first = TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "cut", progress=False, log=lambda *a: None)
-    first.train(2)
+    list(first.steps(3))  # step 3 logged after checkpoint 2, then stopped (as if killed)
+    assert first.run_dir.rollout_steps() == [1, 2, 3]
     resumed = TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "cut", resume=True, progress=False,
                           log=lambda *a: None)
     assert resumed.trainer.step_count == 2
+    assert resumed.run_dir.rollout_steps() == [1, 2]  # step 3 dropped with its metrics
     resumed.train()
     a = comparable(full.run_dir.read_metrics())
     b = comparable(resumed.run_dir.read_metrics())
     assert [m["step"] for m in b] == [0, 1, 2, 3, 4]
     assert a == b  # steps 3-4 after the resume match the uninterrupted run, to the bit
+    x, y = full.run_dir.read_all_rollouts(), resumed.run_dir.read_all_rollouts()
+    assert y["step"].tolist() == x["step"].tolist()  # each step once
+    for col in ("reward", "input_ids", "advantages"):
+        assert [list(np.atleast_1d(v)) for v in x[col]] == [list(np.atleast_1d(v)) for v in y[col]]
+
+
+def test_rollouts_every_and_a_ctrl_c_seal_the_rollouts_kept(tmp_path):
+    """logger.rollouts_every=3 keeps steps 1 and 3; Ctrl-C during step 4 still leaves them in
+    a sealed Parquet chunk."""
+    run = TrainingRun(None, overrides=[*SMALL, "logger.rollouts_every=3"], run_dir=tmp_path / "run",
+                      progress=False, log=lambda *a: None)
+    score = run.trainer.task.score
+
+    def interrupted(*args, **kwargs):  # Ctrl-C while step 4 scores its rollout
+        if run.trainer.step_count == 3:
+            raise KeyboardInterrupt
+        return score(*args, **kwargs)
+
+    run.trainer.task.score = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        run.train()
+    assert [m["step"] for m in run.run_dir.read_metrics()] == [0, 1, 2, 3]
+    assert [p.name for p in (tmp_path / "run" / "rollouts").iterdir()] == ["steps_000001.parquet"]
+    assert run.run_dir.read_all_rollouts(columns=["reward"])["step"].tolist() == [1] * 16 + [3] * 16
 
 
 def test_resume_with_a_different_config_is_refused(tmp_path):
@@ -140,6 +172,8 @@ def test_warm_start_cache_flag_and_cluster_size_are_honoured(tmp_path):
 
 
 def test_verify_reports_bit_exact_then_the_first_difference(tmp_path, capsys):
+    import pandas as pd
+
     from rlnb.cli import main
     from rlnb.run.verify import verify_run
 
@@ -152,6 +186,7 @@ def test_verify_reports_bit_exact_then_the_first_difference(tmp_path, capsys):
     assert "bit-exact" in capsys.readouterr().out
     # made to differ: one logged number of step 4, off by 1e-7
     path = tmp_path / "run" / "metrics.jsonl"
+    logged = path.read_text()
     rows = [json.loads(x) for x in path.read_text().splitlines()]
     rows[-1]["train/loss"] += 1e-7
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -159,3 +194,12 @@ def test_verify_reports_bit_exact_then_the_first_difference(tmp_path, capsys):
     assert not report.exact and report.first_difference.startswith("step 4, train/loss")
     assert main(["verify", str(tmp_path / "run")]) == 1
     assert "DIFFERS: step 4, train/loss" in capsys.readouterr().out
+    # the metrics restored, one logged reward of step 4 changed in its chunk
+    path.write_text(logged)
+    chunk = tmp_path / "run" / "rollouts" / "steps_000001.parquet"
+    frame = pd.read_parquet(chunk)
+    frame.loc[frame.index[frame["step"] == 4][0], "reward"] += 1.0
+    frame.to_parquet(chunk, index=False)
+    report = verify_run(tmp_path / "run", log=lambda *a: None)
+    assert report.first_difference == "step 4, rollouts: reward differs", report
+    assert [r["rollouts"] for r in report.rows] == ["same", "reward differs"]

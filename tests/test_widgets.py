@@ -136,7 +136,7 @@ def test_stepper_buttons_run_the_stages_in_order(tmp_path):
     assert list(dash.fig.data[0].x) == [1]
     records = run.run_dir.read_metrics()
     assert [r["step"] for r in records] == [1] and "train/loss" in records[0]
-    assert (run.path / "rollouts" / "step_000001.parquet").exists()
+    assert run.run_dir.rollout_steps() == [1]
 
     stepper.buttons["Update"].click()  # the same batch again: refused, nothing trained
     assert "already been trained on" in stepper.view.value and trainer.step_count == 1

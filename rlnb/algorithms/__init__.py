@@ -1,4 +1,4 @@
-"""The algorithm layer: pure tensor functions and thin seed-style wrappers.
+"""The algorithm layer: pure tensor functions and thin NeMo-RL-style wrappers.
 
 Every name here is also importable from ``rlnb``. The numerical contract is NeMo-RL's: each
 module's docstring gives the formula, papers and implementation choices, and

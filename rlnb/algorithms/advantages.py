@@ -13,7 +13,7 @@ See docs/algorithms.md#grpo-family-advantage-estimators.
 Implementation choices:
 1) GRPO/GDPO divide by σ + 1e-6 only where σ > 0; rows with σ = 0 keep the raw difference
    (0 for an all-equal group without leave-one-out, ±(r1 - r2) for a loo group of 2).
-2) GRPO/GDPO advantages are one number per sequence; the seed-style classes broadcast them to
+2) GRPO/GDPO advantages are one number per sequence; the NeMo-RL-style classes broadcast them to
    ``[B, S]`` with ``expand`` (non-zero at prompt and pad positions too: the loss masks).
 3) GDPO whitens the weighted sum over the B rows with the unbiased std and no epsilon; if that
    std is not > 0 (B = 1 gives NaN) it only centres. Components come from ``repeated_batch``:
@@ -246,7 +246,7 @@ class _KLRewardConfig(Config):
     reference_policy_kl_type: str = "k3"
 
 
-# --------------------------------------------------------------------------- seed-style classes
+# ------------------------------------------------------------------------ NeMo-RL-style classes
 
 
 def _broadcast_rows(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ Implementation choices:
    distribution the sampler drew from (NeMo-RL does the same with the generation temperature).
 3) Computed as ``logit[target] - logsumexp(logits)``: the same numbers as
    ``log_softmax(...).gather(...)`` without materialising a second ``[B, T, V]`` tensor.
-4) ``next_token_logprobs`` is the seed's layout: logits ``[B, S, V]`` of a whole row, position
+4) ``next_token_logprobs`` is NeMo-RL's layout: logits ``[B, S, V]`` of a whole row, position
    t predicting token t+1, so the last position is dropped and the result is ``[B, S-1]``
    with index t = log-prob of token t+1. Losses then slice the stored ``[B, S]`` tensors with
    ``[:, 1:]`` to line up.
@@ -74,7 +74,7 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
 def next_token_logprobs(
     next_token_logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0
 ) -> torch.Tensor:
-    """Log-probability of each next token of a row under its logits (the seed's layout).
+    """Log-probability of each next token of a row under its logits (NeMo-RL's layout).
 
     Args:
         next_token_logits: ``[B, S, V]`` logits; position t predicts token t+1.

@@ -24,8 +24,8 @@ Implementation choices:
 4) Deliberate extension: a loss with a ``rows_per_call`` attribute (``DPOLossFn``: 2) receives
    that many consecutive rows per call, their logit slices right-padded with zeros to the
    longest one, so chosen/rejected pairs stay together. NeMo-RL always calls per sequence and
-   therefore cannot pack DPO (NVIDIA-NeMo/RL issue #719). The zero logits sit at positions the
-   token mask already excludes in the unpacked batch.
+   therefore cannot pack DPO (https://github.com/NVIDIA-NeMo/RL/issues/719). The zero logits
+   sit at positions the token mask already excludes in the unpacked batch.
 5) Context parallelism (NeMo's ``÷ cp_size``) is out of scope.
 """
 
@@ -109,7 +109,7 @@ class SequencePackingLossWrapper:
     """Call a per-row loss on packed logits, one sequence (or ``rows_per_call`` rows) at a time.
 
     Args:
-        loss_fn: seed-style loss ``loss_fn(next_token_logits, data, global_valid_seqs,
+        loss_fn: NeMo-RL-style loss ``loss_fn(next_token_logits, data, global_valid_seqs,
             global_valid_toks) -> (loss, metrics)``.
         cu_seqlens_q: ``[B+1]`` cumulative real lengths.
         cu_seqlens_q_padded: ``[B+1]`` cumulative slot lengths (default: ``cu_seqlens_q``).

@@ -11,7 +11,7 @@ https://arxiv.org/abs/2504.05118. See docs/algorithms.md#clipped-policy-gradient
 
 Implementation choices:
 1) Layout: the pure function ``clipped_pg_loss`` takes *aligned* ``[B, T]`` tensors (index t of
-   every argument is the same token). ``ClippedPGLossFn`` takes the seed's layout (stored
+   every argument is the same token). ``ClippedPGLossFn`` takes NeMo-RL's layout (stored
    ``[B, S]`` tensors, logits ``[B, S, V]``) and slices ``[:, 1:]`` to align them.
 2) The options are one value, a ``ClippedPGLossConfig``: pass ``config=`` or keyword options
    (validated into one; an unknown option is a ``TypeError``). The loss is a composition of
@@ -332,7 +332,7 @@ _REQUIRED_KEYS = ("advantages", "generation_logprobs", "token_mask", "sample_mas
 
 
 class ClippedPGLossFn:
-    """Seed-style wrapper: ``loss_fn(next_token_logits, data, N_seq, N_tok) -> (loss, metrics)``.
+    """NeMo-RL-style wrapper: ``loss_fn(next_token_logits, data, N_seq, N_tok) -> (loss, metrics)``.
 
     ``data`` holds stored ``[B, S]`` tensors (index t = token t): ``input_ids``, ``advantages``,
     ``prev_logprobs``, ``generation_logprobs``, ``reference_policy_logprobs``, ``token_mask``,

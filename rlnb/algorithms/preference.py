@@ -10,9 +10,9 @@ See docs/algorithms.md#preference-losses-dpo-reward-model-sft.
 Layout of the pure functions: every per-token tensor is *aligned*, i.e.
 ``logprobs[b, t]``, ``reference_logprobs[b, t]`` and ``token_mask[b, t]`` all describe the same
 token. Pairwise losses take rows interleaved ``chosen, rejected, chosen, rejected, ...``: row 2k is
-the chosen answer of pair k and row 2k+1 its rejected answer. The seed-style classes at the bottom
-do the seed's slicing (``[:, 1:]`` for masks, ``[:, :-1]`` for DPO's rolled reference) and call
-the pure functions.
+the chosen answer of pair k and row 2k+1 its rejected answer. The NeMo-RL-style classes at the
+bottom do NeMo-RL's slicing (``[:, 1:]`` for masks, ``[:, :-1]`` for DPO's rolled reference) and
+call the pure functions.
 
 Implementation choices:
 1) SEQUENCE_LEVEL over *pairs*: every pairwise mean divides by the global N_seq/2 (+1e-8), so
@@ -30,7 +30,8 @@ Implementation choices:
 6) ``num_valid_samples`` is Σ sm / 2 (pairs) for the pairwise losses and Σ sm (rows) for NLL.
 7) Deliberate addition: ``DPOLossFn.rows_per_call = 2`` tells ``SequencePackingLossWrapper`` to
    hand it whole pairs. NeMo-RL calls the loss one sequence at a time and so cannot pack DPO
-   batches (NVIDIA-NeMo/RL issue #719); tests/test_packing.py checks packed == unpacked.
+   batches (https://github.com/NVIDIA-NeMo/RL/issues/719); tests/test_packing.py checks
+   packed == unpacked.
 8) ``NLLLoss(..., dpo_loss=True)`` returns NeMo-RL's per-row SFT term instead of the token mean:
    ``[B]`` of -Σ_t log π·tm·sm (÷ max(Σ_t tm·sm, 1) with ``dpo_average_log_probs``), the same
    quantity ``dpo_loss`` uses for its SFT term (``per_row_nll``).
@@ -205,7 +206,7 @@ def dpo_loss(
     }
 
 
-# --- config and seed-style wrappers ------------------------------------------------------------
+# --- config and NeMo-RL-style wrappers ---------------------------------------------------------
 
 
 class DPOLossConfig(Config):
@@ -236,7 +237,7 @@ def _require(data: Mapping[str, Any], key: str, where: str) -> Any:
 
 
 class NLLLoss:
-    """SFT loss with the seed's call shape; ``data``: input_ids, token_mask ``[B, S]``,
+    """SFT loss with NeMo-RL's call shape; ``data``: input_ids, token_mask ``[B, S]``,
     sample_mask ``[B]``."""
 
     loss_type = "token_level"  # divides by N_tok
@@ -280,7 +281,7 @@ class NLLLoss:
 
 
 class PreferenceLoss:
-    """Reward-model loss with the seed's call shape; ``data``: sample_mask ``[2P]``."""
+    """Reward-model loss with NeMo-RL's call shape; ``data``: sample_mask ``[2P]``."""
 
     loss_type = "sequence_level"  # divides by N_seq / 2
 
@@ -302,7 +303,7 @@ class PreferenceLoss:
 
 
 class DPOLossFn:
-    """DPO with the seed's call shape.
+    """DPO with NeMo-RL's call shape.
 
     ``data``: input_ids ``[B, S]``, token_mask ``[B, S]``, sample_mask ``[B]`` and
     reference_policy_logprobs ``[B, S]`` stored *rolled left by one* (index t = ref log-prob of

@@ -142,7 +142,7 @@ class ValueLossConfig(Config):
 
 
 class MseValueLossFn:
-    """Value loss with the seed's call shape.
+    """Value loss with NeMo-RL's call shape.
 
     ``data``: returns ``[B, S]``, values ``[B, S]`` (old, from rollout), token_mask ``[B, S]``,
     sample_mask ``[B]``.

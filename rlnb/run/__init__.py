@@ -1,19 +1,19 @@
 """Run plumbing: configs, run directories, metric and rollout logs, checkpoints, notebooks.
 
 Modules: ``master_config`` (the whole run's config, ``load_config``), ``atomic`` (crash-safe
-writes), ``rundir`` (one folder per run), ``checkpoint`` (save, prune, resume), ``loggers``
-(TensorBoard, W&B, stdout next to ``metrics.jsonl``), ``accelerator`` (``auto_accelerator``),
-``warm_start_cache``, ``session`` (``TrainingRun``), ``notebooks`` (``rlnb run``: one notebook
-through papermill, and the parameter parsing the next two share), ``sweep`` (``rlnb sweep``: a
-grid of runs, resumable), ``executors`` (where a sweep's points run: local processes or Ray
-tasks), ``sweep_summary`` (a sweep's table, per-setting summary and report), ``stats`` (mean ± sd
-and intervals for differences over seeds), ``launch`` (``rlnb launch``: one notebook on N ranks,
-on one machine or several).
+writes), ``rundir`` (one folder per run), ``rollout_store`` (its rollouts, in chunks of steps),
+``checkpoint`` (save, prune, resume), ``loggers`` (TensorBoard, W&B, stdout next to
+``metrics.jsonl``), ``accelerator`` (``auto_accelerator``), ``warm_start_cache``, ``session``
+(``TrainingRun``), ``notebooks`` (``rlnb run``: one notebook through papermill, and the parameter
+parsing the next two share), ``sweep`` (``rlnb sweep``: a grid of runs, resumable), ``executors``
+(where a sweep's points run: local processes or Ray tasks), ``sweep_summary`` (a sweep's table,
+per-setting summary and report), ``stats`` (mean ± sd and intervals for differences over seeds),
+``launch`` (``rlnb launch``: one notebook on N ranks, on one machine or several).
 """
 
 _MODULES = ("accelerator", "atomic", "checkpoint", "executors", "launch", "loggers",
-            "master_config", "notebooks", "rundir", "session", "stats", "sweep", "sweep_summary",
-            "warm_start_cache")
+            "master_config", "notebooks", "rollout_store", "rundir", "session", "stats", "sweep",
+            "sweep_summary", "warm_start_cache")
 
 
 def __getattr__(name: str):

@@ -21,9 +21,9 @@ Implementation choices:
    plus ``data_position``, the caller's opaque JSON description of where its data loader is.
    Other keys a trainer adds are kept.
 4) The RNG states are restored too: without them a resumed run samples different completions
-   from step k+1 on and the reproducibility check of DESIGN.md cannot pass. Every rank draws
-   from its own streams (seeded by rank), so each rank's state is saved (gathered to rank 0,
-   which writes them) and each rank restores its own. ``rng_state.pt`` keeps the one-process
+   from step k+1 on and the reproducibility check ``rlnb verify`` makes cannot pass. Every rank
+   draws from its own streams (seeded by rank), so each rank's state is saved (gathered to rank
+   0, which writes them) and each rank restores its own. ``rng_state.pt`` keeps the one-process
    layout, so checkpoints written before per-rank states, or by one process, still load; a rank
    with no file of its own restores rank 0's, with a warning (its samples then differ from the
    uninterrupted run's).

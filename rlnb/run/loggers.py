@@ -46,9 +46,18 @@ class LoggerConfig(Config):
         description="Keyword arguments of wandb.init (project, name, entity, tags, ...); "
                     "name None = the run dir's name.")
     log_rollouts: bool = Field(
-        True, description="Write each step's rollouts to rollouts/step_XXXXXX.parquet.")
+        True, description="Write the steps' rollouts (token-level, one row per sequence) to "
+                          "rollouts/, one Parquet file per 50 written steps.")
+    rollouts_every: int = Field(
+        1, ge=1, description="Keep the rollouts of step 1 and of every k-th step (step % k == 0); "
+                             "1 = every step. Only with log_rollouts.")
     print_metrics: bool = Field(
         False, description="Print each step's metrics to stdout (for headless runs).")
+
+    def keeps_rollouts(self, step: int) -> bool:
+        """Whether ``step``'s rollouts are written: step 1 (the policy the run starts from) and
+        every ``rollouts_every``-th step, when ``log_rollouts``."""
+        return self.log_rollouts and (step == 1 or step % self.rollouts_every == 0)
 
 
 def _number(value: Any) -> float | None:

@@ -45,6 +45,7 @@ from rlnb.engine.models.value import ValueConfig
 from rlnb.engine.trainers.grpo import OVERRIDE_ALIASES, GRPOConfig
 from rlnb.engine.trainers.loops import LOOP_SECTIONS, TRAINERS
 from rlnb.engine.trainers.ppo import PPOConfig
+from rlnb.engine.trainers.rollout import resolve_logprob_reuse
 from rlnb.engine.trainers.warm_start import SFTConfig
 from rlnb.run.checkpoint import CheckpointingConfig
 from rlnb.run.loggers import LoggerConfig
@@ -131,13 +132,21 @@ class MasterConfig(Config):
             "use_dynamic_sampling": grpo.use_dynamic_sampling,
             "reward_scaling.enabled": grpo.reward_scaling.enabled,
             "reward_shaping.enabled": grpo.reward_shaping.enabled,
-            "reuse_generation_logprobs": grpo.reuse_generation_logprobs,
         }
         for key, on in left_out.items():
             if on:
                 raise ValueError(f"grpo.{key}=true with grpo.async_grpo.enabled=true: the async "
                                  "loop does not support it (set it to false)")
         return grpo
+
+    @field_validator("grpo", "ppo")
+    @classmethod
+    def _logprob_source(cls, loop, info: ValidationInfo):
+        # decided here, before a trainer builds an engine, and written into the resolved config
+        policy = info.data.get("policy")
+        if loop is not None and policy is not None:
+            resolve_logprob_reuse(loop, policy, info.field_name)
+        return loop
 
     @field_validator("value")
     @classmethod

@@ -24,6 +24,14 @@ Implementation choices:
    HTML is still exported, and the result names the cell and the exception.
 6) The HTML export drops the saved widget state, so each widget output falls back to the
    text/html or text/plain it carries (rendering the live widget needs scripts from a CDN).
+7) Every value is checked before a kernel starts (``check_parameters``), so a bad one costs no
+   run directory. A parameter must fit the type of its literal default in the parameters cell:
+   an int stays an int (a bool is not one), a float takes an int, a str takes a str, a list or
+   dict the same, a ``None`` or non-literal default anything. A config override (a dotted key, or
+   an item of ``overrides``) goes through ``load_config`` alone, and only what it says about that
+   key (an unknown key with its closest valid one, a bad value) refuses it: the notebook picks
+   the base config, the preset and the algorithm, so errors about other keys (cross-field checks,
+   a section of a loop the notebook may well use) are left to the notebook's own load.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
@@ -135,17 +144,117 @@ def parse_pairs(pairs: Sequence[Sequence[str]]) -> dict[str, Any]:
 
 def notebook_parameters(notebook: str | Path) -> set[str] | None:
     """The names the cell tagged ``parameters`` assigns; None if the notebook has no such cell."""
+    defaults = parameter_defaults(notebook)
+    return None if defaults is None else set(defaults)
+
+
+_NOT_LITERAL = object()  # a default such as ``2 ** 10`` or ``Path("x")``: its type is not checked
+
+
+def parameter_defaults(notebook: str | Path) -> dict[str, Any] | None:
+    """``{name: default}`` of the cell tagged ``parameters`` (the last assignment wins; a default
+    that is not a literal maps to ``_NOT_LITERAL``); None if the notebook has no such cell."""
     nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
     for cell in nb.get("cells", []):
         if "parameters" in cell.get("metadata", {}).get("tags", []):
             source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-            names: set[str] = set()
+            defaults: dict[str, Any] = {}
             for node in ast.parse(source).body:
                 targets = node.targets if isinstance(node, ast.Assign) else (
                     [node.target] if isinstance(node, ast.AnnAssign) else [])
-                names |= {t.id for t in targets if isinstance(t, ast.Name)}
-            return names
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        defaults[target.id] = _literal(node.value)
+            return defaults
     return None
+
+
+def _literal(node: ast.expr | None) -> Any:
+    try:
+        return ast.literal_eval(node) if node is not None else _NOT_LITERAL
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _NOT_LITERAL
+
+
+def _kind_problem(value: Any, default: Any) -> str | None:
+    """What ``value`` is not, to stand where ``default`` does (``"an int"``); None if it fits."""
+    if default is None or default is _NOT_LITERAL:
+        return None
+    if isinstance(default, bool):  # before int: a bool is an int to isinstance
+        return None if isinstance(value, bool) else "a bool (true or false)"
+    # numbers.Integral and Real: numpy's scalars from the Python API fit too
+    if isinstance(default, int):
+        return None if isinstance(value, Integral) and not isinstance(value, bool) else "an int"
+    if isinstance(default, float):  # 1 where 0.5 was: what the notebook does with it is the same
+        return None if isinstance(value, Real) and not isinstance(value, bool) else "a number"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else "a str"
+    if isinstance(default, (list, tuple)):
+        return None if isinstance(value, (list, tuple)) else "a list"
+    if isinstance(default, dict):
+        return None if isinstance(value, dict) else "a dict"
+    return None  # a set, bytes, complex: rare in a parameters cell, left to the notebook
+
+
+def _check_types(notebook: Path, params: Mapping[str, Any]) -> None:
+    defaults = parameter_defaults(notebook) or {}
+    for name, value in params.items():
+        if "." in name or name not in defaults:
+            continue
+        kind = _kind_problem(value, defaults[name])
+        if kind is not None:
+            hint = (f"; quote it to pass it as text: -p {name} '\"{format_value(value)}\"'"
+                    if kind == "a str" and isinstance(value, (bool, int, float)) else "")
+            raise ValueError(f"-p {name}: {value!r} is not {kind} (the default in "
+                             f"{notebook.name}'s parameters cell is {defaults[name]!r}){hint}")
+
+
+@functools.cache
+def config_override_problem(item: str) -> str | None:
+    """What ``load_config`` says against the override ``item`` (``"dotted.key=value"``) itself, as
+    one line (``loss_fn.ratio_clip_mx: unknown key; did you mean 'ratio_clip_max'?``); None if it
+    says nothing (see 7).
+
+    The override is laid over the default config alone, with the algorithm that owns its section
+    (``ppo.*`` under ``algorithm: ppo``); a line of the error about another key or a whole
+    section (a cross-field check) is dropped, as the notebook's own config may settle it.
+    """
+    from rlnb.config import parse_override
+    from rlnb.engine.trainers.grpo import OVERRIDE_ALIASES
+    from rlnb.engine.trainers.loops import LOOP_SECTIONS
+    from rlnb.run.master_config import load_config
+
+    try:
+        path, _ = parse_override(item)
+        key = ".".join(path)
+        target = OVERRIDE_ALIASES.get(key, key)  # grpo.normalize_rewards is checked where it goes
+        owner = next((a for a, sections in LOOP_SECTIONS.items() if path[0] in sections), None)
+        load_config({"algorithm": owner} if owner else {}, [item])
+    except ValueError as err:
+        head, *lines = str(err).splitlines()
+        if head != "invalid config:" or not lines:
+            return _one_line(str(err))  # about the override as written (not valid YAML, ...)
+        own = []
+        for line in lines:  # "  loss_fn.ratio_clip_mx: unknown key; did you mean ...?"
+            where, _, what = line.strip().partition(": ")
+            inside = where == target or where.startswith(target + ".")
+            on_the_way = what.startswith("unknown ") and target.startswith(where + ".")
+            if inside or on_the_way:
+                own.append(f"{where}: {what}")
+        return "; ".join(own) or None
+    return None
+
+
+def _check_overrides(params: Mapping[str, Any]) -> None:
+    """Each config override given (dotted keys, ``overrides`` items) through ``load_config``."""
+    given = [(name, f"{name}={format_value(value)}") for name, value in params.items()
+             if "." in name]
+    given += [("overrides", item) for item in params.get("overrides") or []
+              if isinstance(item, str)]
+    for name, item in given:
+        problem = config_override_problem(item)
+        if problem is not None:  # -p loss_fn.x: unknown key (the key said once)
+            raise ValueError(f"-p {name}: {problem.removeprefix(f'{name}: ')}")
 
 
 def _check_declared(notebook: Path, params: Mapping[str, Any]) -> None:
@@ -159,6 +268,24 @@ def _check_declared(notebook: Path, params: Mapping[str, Any]) -> None:
     if unknown:
         raise ValueError(f"{notebook.name} has no parameter {', '.join(unknown)}; its parameters "
                          f"cell declares: {', '.join(sorted(declared))} (a config key has a dot)")
+
+
+def check_parameters(notebook: str | Path, parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """``parameters`` (``{name: value}``, dotted names config keys) checked against ``notebook``
+    before anything runs (see 1 and 7), returned as papermill parameters (``split_parameters``).
+    A ValueError names the parameter: an undeclared name, a value that does not fit its default,
+    a config key or value that ``load_config`` refuses."""
+    notebook = Path(notebook)
+    params = split_parameters(parameters)
+    if "overrides" in params and not (isinstance(params["overrides"], list)
+                                      and all(isinstance(x, str) for x in params["overrides"])):
+        raise ValueError(
+            f"parameter overrides must be a list of 'dotted.key=value' strings, got "
+            f"{params['overrides']!r}; give a config key directly: -p grpo.seed 1")
+    _check_declared(notebook, params)
+    _check_types(notebook, parameters)
+    _check_overrides(parameters)  # last: it loads the config schema (transformers, torch)
+    return params
 
 
 def _check_is_notebook(nb: Path) -> None:
@@ -193,13 +320,7 @@ def _prepare(notebook, run_dir, parameters, kernel_name, *, fresh: bool = True
     if not nb.is_file():
         raise FileNotFoundError(f"no notebook at {nb}")
     _check_is_notebook(nb)
-    params = split_parameters(parameters or {})
-    if "overrides" in params and not (isinstance(params["overrides"], list)
-                                      and all(isinstance(x, str) for x in params["overrides"])):
-        raise ValueError(
-            f"parameter overrides must be a list of 'dotted.key=value' strings, got "
-            f"{params['overrides']!r}; give a config key directly: -p grpo.seed 1")
-    _check_declared(nb, params)
+    params = check_parameters(nb, parameters or {})
     if kernel_name is not None:
         _check_kernel(kernel_name)
     path = Path(run_dir) if run_dir is not None else _new_path("runs", nb.stem)
@@ -364,8 +485,9 @@ def run_notebook(notebook: str | Path, *, run_dir: str | Path | None = None,
                  progress: bool = True) -> NotebookResult:
     """Execute ``notebook`` into a run directory (default ``runs/<stem>-<time>``).
 
-    Bad arguments (missing notebook, unknown parameter, non-empty run dir) raise ``ValueError``
-    or ``FileNotFoundError`` before anything is written; a failing cell returns ``ok=False``.
+    Bad arguments (missing notebook, unknown parameter, a value that does not fit its default,
+    a config override that ``load_config`` refuses, non-empty run dir) raise ``ValueError`` or
+    ``FileNotFoundError`` before anything is written; a failing cell returns ``ok=False``.
     """
     nb, path, params = _prepare(notebook, run_dir, parameters, kernel_name)
     path.mkdir(parents=True, exist_ok=True)

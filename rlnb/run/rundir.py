@@ -3,7 +3,8 @@
     runs/<name>/
       config.yaml                    the resolved config, as trained
       metrics.jsonl                  one line per logged step: {"step": k, "train/reward": ...}
-      rollouts/step_000001.parquet   one table per step: prompts, completions, token ids, rewards
+      rollouts/steps_000001.parquet  steps 1-50's tables (prompts, completions, token ids,
+                                     rewards, a `step` column); see rlnb.run.rollout_store
       checkpoints/step_000010/       see rlnb.run.checkpoint
 
 Implementation choices:
@@ -17,9 +18,10 @@ Implementation choices:
    the line being written; ``read_metrics`` drops such a trailing partial line and reopening the
    folder cuts it off before appending. Non-finite floats are written as ``null`` (JSON has no
    NaN), so a NaN loss stays visible as a gap instead of breaking every JSON reader.
-4) Rollout tables go to Parquet (typed, compressed, readable by pandas and polars); per-row token
-   ids and logprobs are list columns, ``[B, T]`` tensors become one list per row. pandas and
-   pyarrow are imported only when rollouts are written or read.
+4) Rollout tables go to Parquet (typed, compressed, readable by pandas and polars), one file per
+   chunk of 50 steps (``rollout_store.py``: the chunk in progress, sealing, older runs' per-step
+   files); per-row token ids and logprobs are list columns, ``[B, T]`` tensors become one list
+   per row. ``read_run_rollouts(path)`` reads a run's rollouts without opening it for writing.
 5) A failed construction leaves nothing behind: a folder created by that call is removed.
 6) A folder holding only the notebook files of ``rlnb run`` / ``rlnb launch``
    (``NOTEBOOK_FILES``) counts as empty, so a notebook can start its run in its own run dir.
@@ -44,6 +46,7 @@ from pydantic import BaseModel
 
 from rlnb.config import flatten
 from rlnb.run.atomic import atomic_write_bytes, atomic_write_text
+from rlnb.run.rollout_store import CHUNK_STEPS, RolloutStore
 
 # Dotted config keys (and prefixes of them) that may differ when resuming: they change what is
 # logged and when the run stops, never the numbers it computes.
@@ -100,25 +103,6 @@ def _metric_value(key: str, value: Any) -> int | float | bool | None:
     raise TypeError(f"metric '{key}' must be a number, got {type(value).__name__}: {value!r}")
 
 
-def _column(name: str, values: Any) -> list[Any]:
-    """One rollout column as a Python list: scalars per row, or one list per row for ``[B, T]``."""
-    if isinstance(values, torch.Tensor):
-        values = values.detach().cpu()
-        if values.dtype in (torch.bfloat16, torch.float16):  # numpy has no bfloat16
-            values = values.float()
-        values = values.numpy()
-    if isinstance(values, np.ndarray):
-        if values.ndim > 2:
-            raise ValueError(f"rollout column '{name}' has shape {values.shape}; "
-                             "expected [B] or [B, T]")
-        return values.tolist()
-    if isinstance(values, (list, tuple)):  # ragged per-row lists stay as they are
-        return [_column(f"{name}[{i}]", v) if isinstance(v, (torch.Tensor, np.ndarray)) else v
-                for i, v in enumerate(values)]
-    raise TypeError(f"rollout column '{name}' must be a list, numpy array or tensor, "
-                    f"got {type(values).__name__}")
-
-
 class RunDir:
     """A run's folder. ``RunDir(path, config=cfg)`` starts one, ``resume=True`` continues one."""
 
@@ -132,8 +116,9 @@ class RunDir:
     NOTEBOOK_FILES = ("notebook.ipynb", "notebook.html", "ranks")
 
     def __init__(self, path: str | Path, *, config: Mapping[str, Any] | BaseModel,
-                 resume: bool = False):
+                 resume: bool = False, rollout_chunk_steps: int = CHUNK_STEPS):
         self.path = Path(path)
+        self.rollout_store = RolloutStore(self.rollouts_dir, chunk_steps=rollout_chunk_steps)
         config = _plain(config, "")
         if not isinstance(config, dict):
             raise TypeError(f"config must be a mapping, got {type(config).__name__}")
@@ -266,44 +251,38 @@ class RunDir:
         kept = [r for r in self.read_metrics() if r["step"] <= after_step]
         atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
 
-    # --- rollouts
+    # --- rollouts (stored in chunks of steps by rlnb.run.rollout_store)
     def rollouts_path(self, step: int) -> Path:
-        return self.rollouts_dir / f"step_{int(step):06d}.parquet"
+        """The file holding ``step``'s rollouts (its chunk, or an older run's per-step file)."""
+        return self.rollout_store.path_of(step)
 
     def rollout_steps(self) -> list[int]:
         """Steps that have a rollout table, ascending."""
-        return sorted(int(p.stem.removeprefix("step_"))
-                      for p in self.rollouts_dir.glob("step_*.parquet"))
+        return self.rollout_store.steps()
 
     def write_rollouts(self, step: int, table: Mapping[str, Any]) -> Path:
-        """Write one row per sequence: ``{"reward": [B], "token_ids": [B, T] or B lists}``."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        """Write one row per sequence: ``{"reward": [B], "token_ids": [B, T] or B lists}``, into
+        the chunk in progress; returns the file now holding it. Steps must increase."""
+        return self.rollout_store.write(step, table)
 
-        if not table:
-            raise ValueError(f"rollouts of step {step}: the table has no columns")
-        columns = {name: _column(name, values) for name, values in table.items()}
-        lengths = {name: len(col) for name, col in columns.items()}
-        if len(set(lengths.values())) != 1:
-            raise ValueError(f"rollouts of step {step}: columns have different numbers of rows: "
-                             f"{lengths}")
-        try:
-            arrow = pa.table({name: pa.array(col) for name, col in columns.items()})
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-            raise ValueError(f"rollouts of step {step}: cannot store a column ({err})") from None
-        sink = pa.BufferOutputStream()
-        pq.write_table(arrow, sink)
-        return atomic_write_bytes(self.rollouts_path(step), sink.getvalue().to_pybytes())
+    def seal_rollouts(self) -> None:
+        """Write the chunk in progress as a Parquet chunk (when a run stops)."""
+        self.rollout_store.seal()
+
+    def truncate_rollouts(self, after_step: int) -> None:
+        """Keep only the rollouts of steps ``<= after_step`` (call on resume from that
+        checkpoint, with ``truncate_metrics``)."""
+        self.rollout_store.truncate(after_step)
 
     def read_rollouts(self, step: int):
         """The rollout table of ``step`` as a ``pandas.DataFrame`` (list columns hold arrays)."""
-        import pandas as pd
+        return self.rollout_store.read(step)
 
-        path = self.rollouts_path(step)
-        if not path.is_file():
-            raise FileNotFoundError(f"no rollouts for step {step} at {path}; "
-                                    f"steps with rollouts: {self.rollout_steps()}")
-        return pd.read_parquet(path)
+    def read_all_rollouts(self, first_step: int | None = None, last_step: int | None = None,
+                          columns: list[str] | None = None):
+        """Every step's rollouts (or those of ``first_step..last_step``) as one
+        ``pandas.DataFrame`` with a ``step`` column; ``columns`` picks columns."""
+        return self.rollout_store.read_all(first_step, last_step, columns)
 
 
 def first_missing(path: Path) -> Path | None:
@@ -336,3 +315,13 @@ def read_metrics_file(path: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}:{i} is not valid JSON ({err})") from None
     return records
+
+
+def read_run_rollouts(run_dir: str | Path, first_step: int | None = None,
+                      last_step: int | None = None, columns: list[str] | None = None):
+    """A run's rollouts (or those of ``first_step..last_step``) as one ``pandas.DataFrame`` with
+    a ``step`` column, read without opening the run for writing (chunked and per-step layouts)."""
+    path = Path(run_dir)
+    if not (path / RunDir.CONFIG).is_file():
+        raise ValueError(f"{path} is not a run directory (no {RunDir.CONFIG})")
+    return RolloutStore(path / RunDir.ROLLOUTS).read_all(first_step, last_step, columns)

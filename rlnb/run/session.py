@@ -7,9 +7,12 @@
 
 Implementation choices:
 1) The trainer knows nothing of the run: it yields ``StepMetrics`` and the run consumes them
-   (``log``): metrics to every logger, the step's token-level rollouts to
-   ``rollouts/step_XXXXXX.parquet``, a checkpoint every ``checkpointing.save_period`` steps.
+   (``log``): metrics to every logger, the step's token-level rollouts to ``rollouts/`` (one
+   Parquet file per 50 steps, ``rollout_store.py``; step 1 and every
+   ``logger.rollouts_every``-th step), a checkpoint every ``checkpointing.save_period`` steps.
    A step taken stage by stage in a notebook is logged the same way (``run.log(metrics)``).
+   When ``steps``/``train`` end (Ctrl-C and errors included) and in ``close``, the rollouts'
+   chunk in progress is sealed into its Parquet file.
 2) Only the main process writes (config, metrics.jsonl, rollouts, checkpoints, loggers). A
    checkpoint holds every rank's RNG states (gathered to rank 0), so ``save`` and ``log`` are
    called on every rank, and a run resumed on as many ranks repeats every rank's samples.
@@ -18,8 +21,8 @@ Implementation choices:
 4) Resume continues from the run directory's own ``config.yaml`` (overrides may change only
    what ``RESUMABLE_KEYS`` allows). The warm start is rebuilt first (from its cache; it is
    also the KL reference), then the latest checkpoint restores weights, optimizer, scheduler,
-   RNG states and the data position, and metrics past the checkpoint are dropped, so steps
-   k+1.. repeat exactly.
+   RNG states and the data position, and metrics and rollouts past the checkpoint are dropped,
+   so steps k+1.. repeat exactly and none is logged twice.
 5) A run directory that fails to start (bad config, unreadable model, mismatched resume) is not
    left behind half-written (``RunDir`` creates it atomically).
 6) Several processes: ``close()`` makes the ranks leave the process group together.
@@ -72,6 +75,7 @@ class TrainingRun:
     ):
         from rlnb.engine.distributed import Distributed
         from rlnb.engine.trainers.loops import make_trainer
+        from rlnb.engine.trainers.rollout import logprob_source
         from rlnb.run.loggers import make_loggers
         from rlnb.run.rundir import RunDir, first_missing
         from rlnb.run.warm_start_cache import cached_warm_start
@@ -96,6 +100,9 @@ class TrainingRun:
         try:
             self.loggers = make_loggers(self.config.logger, self.run_dir) if self.run_dir else []
             self.trainer = make_trainer(self.config, accelerator=accelerator)
+            if self.dist.is_main:  # the choice made when the config loaded, said once
+                log(f"generation: policy.generation.backend={self.config.policy.generation.backend}"
+                    f"; {logprob_source(self.trainer.loop_config)}")
             self.warm_start = None
             if self.config.sft.enabled:
                 # seeded by the loop's seed on its own random state: the same on every rank
@@ -182,6 +189,7 @@ class TrainingRun:
             t.load_checkpoint_files(files)
         if self.run_dir is not None:
             self.run_dir.truncate_metrics(after_step=t.step_count)
+            self.run_dir.truncate_rollouts(after_step=t.step_count)
             first = self.run_dir.read_metrics()
             if first and first[0]["step"] == 0:
                 self.accuracy_before = first[0].get("validation/accuracy")
@@ -206,7 +214,7 @@ class TrainingRun:
             for logger in self.loggers:  # the first writes metrics.jsonl
                 logger.log(values, step)
             rollout = getattr(metrics, "rollout", None)
-            if self.config.logger.log_rollouts and rollout is not None:
+            if rollout is not None and self.config.logger.keeps_rollouts(step):
                 self.run_dir.write_rollouts(step, rollout_table(rollout, metrics.advantages))
         c = self.config.checkpointing
         if (getattr(metrics, "trained", False) and c.enabled and c.should_save(step)):
@@ -235,6 +243,8 @@ class TrainingRun:
                 (self.path / "error.txt").write_text(
                     f"failed at step {t.step_count + 1} ({type(err).__name__}): {err}\n")
             raise
+        finally:  # also on Ctrl-C, a Stop button (generator closed) or an error (choice 1)
+            self._seal_rollouts()
 
     def train(self, num_steps: int | None = None) -> dict[str, Any]:
         """Train; returns a summary (accuracy before/after, run directory, time)."""
@@ -256,9 +266,11 @@ class TrainingRun:
         }
 
     def close(self) -> None:
-        """End the run: close the loggers (``train`` already does) and, under several processes,
-        leave the process group together. Call it once every rank has finished training."""
+        """End the run: close the loggers and seal the rollouts' chunk in progress (``train``
+        already does both) and, under several processes, leave the process group together.
+        Call it once every rank has finished training."""
         self._close_loggers()
+        self._seal_rollouts()
         self.trainer.close()  # background work (the async loop's collector)
         accelerator = self.dist.accelerator
         if accelerator is None or self._left_group:
@@ -272,6 +284,10 @@ class TrainingRun:
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
         self._left_group = True
+
+    def _seal_rollouts(self) -> None:
+        if self.run_dir is not None:
+            self.run_dir.seal_rollouts()
 
     def _close_loggers(self) -> None:
         if self._loggers_open:

@@ -12,8 +12,9 @@ Implementation choices:
 1) The grid is the cartesian product of the swept values, first key slowest. On the command line
    ``-p KEY V1,V2`` sweeps the comma-separated values (commas inside brackets or quotes do not
    split) and ``-p KEY V`` fixes one; values are read as YAML, as ``rlnb run`` reads them.
-2) Everything is checked (declared parameters, distinct run names, the root, the executor's
-   flags, the Ray cluster) before anything is written. Each run goes to
+2) Everything is checked (declared parameters, each value of the grid against its default and
+   each config override as ``rlnb run`` checks them, distinct run names, the root, the
+   executor's flags, the Ray cluster) before anything is written. Each run goes to
    ``root/<run_name(point)>``, a readable folder name such as
    ``loss_fn.ratio_clip_max=0.2__seed=0``; a failed run does not stop the others.
 3) Points run as processes of their own, ``jobs`` at a time or as Ray tasks
@@ -46,10 +47,10 @@ from rlnb.run.notebooks import (
     HTML,
     NOTEBOOK,
     NotebookResult,
-    _check_declared,
     _check_is_notebook,
     _check_kernel,
     _new_path,
+    check_parameters,
     format_value,
     parse_value,
     split_parameters,
@@ -171,8 +172,8 @@ def sweep(notebook: str | Path, grid: Mapping[str, Sequence[Any] | Any], *,
     names = [run_name(p) for p in points]
     if len(set(names)) != len(names):
         raise ValueError("two grid points give the same run name: the grid repeats a value")
-    for point in points:
-        _check_declared(nb, split_parameters({**fixed, **point}))
+    for point in points:  # every value of the grid, as rlnb run checks it
+        check_parameters(nb, {**fixed, **point})
     if kernel_name is not None:
         _check_kernel(kernel_name)
     executor = make_executor(jobs=jobs, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run,

@@ -98,6 +98,7 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
         step_dir,
     )
     from rlnb.run.master_config import load_config
+    from rlnb.run.rollout_store import RolloutStore
     from rlnb.run.rundir import RunDir, read_metrics_file
     from rlnb.run.session import rollout_table
     from rlnb.run.warm_start_cache import cached_warm_start
@@ -140,11 +141,12 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
     if names:
         trainer.load_checkpoint_files(load_checkpoint_files(ckpts[k], names))
     report = VerifyReport(run_dir, k, list(range(k + 1, k + 1 + n)))
-    rollouts = RunDir.ROLLOUTS
+    rollouts = RolloutStore(run_dir / RunDir.ROLLOUTS)  # read only: chunked or per-step files
+    with_rollouts = set(rollouts.steps())
     if hasattr(trainer, "collector"):  # choice 5
         report.compared = ASYNC_COMPARED
         log(f"an async GRPO run: comparing {ASYNC_COMPARED}; {ASYNC_NOT_COMPARED}")
-        return _verify_data_order(trainer, report, run_dir / rollouts, n, log)
+        return _verify_data_order(trainer, report, rollouts, with_rollouts, n, log)
     for metrics in trainer.train(n):
         if not metrics.trained:
             continue
@@ -160,11 +162,8 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
                 row["metrics"] = f"{key}: logged {value!r}, replayed {got!r}"
                 report.first_difference = report.first_difference or f"step {s}, {row['metrics']}"
                 break
-        path = run_dir / rollouts / f"step_{s:06d}.parquet"
-        if path.is_file() and metrics.rollout is not None:
-            import pandas as pd
-
-            saved = pd.read_parquet(path)
+        if s in with_rollouts and metrics.rollout is not None:
+            saved = rollouts.read(s)
             table = rollout_table(metrics.rollout, metrics.advantages)
             row["rollouts"] = "same"
             for col in ("input_ids", "reward", "advantages"):
@@ -200,18 +199,15 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
     return report
 
 
-def _verify_data_order(trainer, report: VerifyReport, rollouts: Path, n: int, log
-                       ) -> VerifyReport:
+def _verify_data_order(trainer, report: VerifyReport, rollouts, with_rollouts: set[int], n: int,
+                       log) -> VerifyReport:
     """An async run's replay: each step's prompts against the logged rollouts' (choice 5)."""
-    import pandas as pd
-
     for metrics in trainer.train(n):
         if not metrics.trained:
             continue
         s, row = metrics.step, {"step": metrics.step, "prompts": "not logged"}
-        path = rollouts / f"step_{s:06d}.parquet"
-        if path.is_file():
-            logged = list(pd.read_parquet(path, columns=["prompt"])["prompt"])
+        if s in with_rollouts:
+            logged = list(rollouts.read(s, columns=["prompt"])["prompt"])
             row["prompts"] = "same" if logged == metrics.rollout.prompts else "differ"
             if row["prompts"] == "differ":
                 report.first_difference = report.first_difference or f"step {s}, prompts differ"

@@ -1,15 +1,21 @@
-"""The warm start's on-disk cache: a run with the same model, task, SFT settings and seed starts
-GRPO from the weights an earlier run saved, at once.
+"""The warm start's on-disk cache: a run with the same model, task, SFT settings and seed, on the
+same code and package versions, starts GRPO from the weights an earlier run saved, at once.
 
     $RLNB_CACHE_DIR/warm_start/<key>/model.safetensors + info.json   (default ~/.cache/rlnb)
 
 Implementation choices:
-1) The key is ``rlnb.engine.trainers.warm_start.warm_start_key`` (a hash of every setting the
-   result depends on); entries are written atomically (``atomic_dir``), so a crash never leaves a
-   half-written entry under the final name.
-2) An entry loads strictly: every tensor the model has, with its shape. A partial or corrupt
+1) The directory is named by ``rlnb.engine.trainers.warm_start.warm_start_key`` (a hash of every
+   setting the result depends on); entries are written atomically (``atomic_dir``), so a crash
+   never leaves a half-written entry under the final name.
+2) ``info.json`` records what built the entry besides its settings (``build_stamp``: a hash of
+   the code that computes the weights, the versions of the packages that compute the numbers).
+   An entry built under another stamp is stale: one log line names what differs, and the warm
+   start runs again and replaces it. An entry without a stamp was written before rlnb recorded
+   one and is stale too. Naming the directory by the settings alone (not the stamp) is what lets
+   the line say why, and keeps one entry per setting instead of one per code version.
+3) An entry loads strictly: every tensor the model has, with its shape. A partial or corrupt
    entry (a truncated file, missing tensors) is reported and rebuilt, never half-loaded.
-3) Tied embeddings share storage: each tensor is saved once and fills every name it backs.
+4) Tied embeddings share storage: each tensor is saved once and fills every name it backs.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import os
 import shutil
 from pathlib import Path
 
-from rlnb.engine.trainers.warm_start import SFTConfig, warm_start, warm_start_key
+from rlnb.engine.trainers.warm_start import SFTConfig, build_stamp, warm_start, warm_start_key
 from rlnb.run.atomic import atomic_dir
 
 
@@ -30,31 +36,66 @@ def cache_dir() -> Path:
 def cached_warm_start(trainer, cfg: SFTConfig, *, progress: bool = False, log=print,
                       write: bool = True) -> dict:
     """The warm start of ``trainer.policy``: loaded from the cache when ``cfg.cache`` and an entry
-    exists, else run (and saved when ``cfg.cache`` and ``write``). Returns its info dict with
-    ``cached`` (bool) and ``path``."""
+    built by this code exists, else run (and saved when ``cfg.cache`` and ``write``). Returns its
+    info dict with ``built_by`` (the stamp), ``cached`` (bool) and ``path``."""
     path = cache_dir() / "warm_start" / warm_start_key(trainer, cfg)
+    stamp = build_stamp(trainer)
     if cfg.cache and (path / "model.safetensors").exists():
         try:
-            info = _load(path, trainer.policy)
-            log(f"warm start: loaded from cache {path} ({info['steps']} SFT steps)")
-            return {**info, "cached": True, "path": str(path)}
+            info = _read_info(path)
+            stale = stale_reason(info.get("built_by"), stamp)
+            if stale is None:
+                _load(path, trainer.policy)
+                log(f"warm start: loaded from cache {path} ({info['steps']} SFT steps)")
+                return {**info, "cached": True, "path": str(path)}
+            # choice 2: left in place until the new entry replaces it (atomic_dir)
+            log(f"warm start: the cached entry at {path} {stale}; rebuilding it")
         except (ValueError, OSError, KeyError) as err:
             log(f"warm start: the cache entry {path} is unusable ({err}); rebuilding it")
             shutil.rmtree(path, ignore_errors=True)
-    info = warm_start(trainer, cfg, progress=progress, log=log)
+    info = {**warm_start(trainer, cfg, progress=progress, log=log), "built_by": stamp}
     if cfg.cache and write:
         _save(path, trainer.policy, info)
     return {**info, "cached": False, "path": str(path) if cfg.cache else None}
 
 
-def _load(path: Path, policy) -> dict:
+def stale_reason(saved, current: dict) -> str | None:
+    """None when an entry's recorded stamp ``saved`` is ``current``, else the rest of a sentence
+    saying what differs, e.g. ``was built by other code (rlnb code hash X, transformers 5.23.0)
+    than this (rlnb code hash Y, transformers 5.24.0)``."""
+    if saved == current:
+        return None
+    if not isinstance(saved, dict) or not isinstance(saved.get("packages"), dict):
+        return "was written by an older rlnb that did not record the code that built it"
+    then, now = [], []
+    if saved.get("code") != current["code"]:
+        then.append(f"rlnb code hash {saved.get('code')}")
+        now.append(f"rlnb code hash {current['code']}")
+    old_packages, new_packages = saved["packages"], current["packages"]
+    for name in sorted(set(old_packages) | set(new_packages)):
+        if old_packages.get(name) != new_packages.get(name):
+            then.append(f"{name} {old_packages.get(name, 'none')}")
+            now.append(f"{name} {new_packages.get(name, 'none')}")
+    return f"was built by other code ({', '.join(then)}) than this ({', '.join(now)})"
+
+
+def _read_info(path: Path) -> dict:
+    try:
+        info = json.loads((path / "info.json").read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"corrupt info.json: {err}") from None
+    if not isinstance(info, dict):
+        raise ValueError("corrupt info.json: not an object")
+    return info
+
+
+def _load(path: Path, policy) -> None:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     try:
         saved = load_file(path / "model.safetensors")
-        info = json.loads((path / "info.json").read_text())
-    except (SafetensorError, json.JSONDecodeError) as err:
+    except SafetensorError as err:
         raise ValueError(f"corrupt: {err}") from None
     target = policy.model.state_dict()
     by_storage: dict[int, str] = {}
@@ -71,7 +112,6 @@ def _load(path: Path, policy) -> dict:
         raise ValueError(f"shape mismatch in {bad[:2]}")
     policy.model.load_state_dict(state, strict=True)
     policy.sync_reference()
-    return info
 
 
 def _save(path: Path, policy, info: dict) -> None:
@@ -79,7 +119,7 @@ def _save(path: Path, policy, info: dict) -> None:
 
     with atomic_dir(path) as tmp:
         seen, unique = set(), {}
-        for k, v in policy.model.state_dict().items():  # choice 3
+        for k, v in policy.model.state_dict().items():  # choice 4
             if v.data_ptr() not in seen:
                 seen.add(v.data_ptr())
                 unique[k] = v.detach().cpu().contiguous()

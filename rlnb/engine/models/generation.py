@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import torch
 from pydantic import Field, model_validator
-from transformers import StoppingCriteria, StoppingCriteriaList
 
 from rlnb.algorithms.checks import choose
 from rlnb.algorithms.logprobs import token_logprobs
@@ -247,7 +246,9 @@ class HFGenerationBackend(GenerationBackend):
         cfg, tok = self.config, self.tokenizer
         stopping = None
         if self.interrupt is not None:
-            stopping = StoppingCriteriaList([_Interrupted(self.interrupt)])
+            from transformers import StoppingCriteriaList
+
+            stopping = StoppingCriteriaList([interrupted_criterion(self.interrupt)])
         out = self.model.generate(
             input_ids=prompt_ids, attention_mask=prompt_mask,
             do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k or 0,
@@ -280,15 +281,18 @@ class HFGenerationBackend(GenerationBackend):
         return out
 
 
-class _Interrupted(StoppingCriteria):
-    """``generate``'s form of the interrupt: ends every row once ``event`` is set."""
+def interrupted_criterion(event: threading.Event):
+    """``generate``'s form of the interrupt: a stopping criterion that ends every row once
+    ``event`` is set. (Built here rather than as a module-level subclass: importing this module
+    must not import transformers, so that loading a config stays fast.)"""
+    from transformers import StoppingCriteria
 
-    def __init__(self, event: threading.Event):
-        self.event = event
+    class Interrupted(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
+            return torch.full((input_ids.shape[0],), event.is_set(), dtype=torch.bool,
+                              device=input_ids.device)
 
-    def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool,
-                          device=input_ids.device)
+    return Interrupted()
 
 
 GENERATION_BACKENDS = {"hf": HFGenerationBackend, "vllm": VLLMGenerationBackend}

@@ -27,6 +27,10 @@ Implementation choices:
    string that starts in the prompt. Decoding happens only when stop strings are set.
 4) ``interrupt`` (an event) ends every row after the current token: how the async collector
    stops mid-generation.
+5) The KV cache goes in and comes out under the name the installed transformers uses:
+   ``cache`` from 5.24 on (``past_key_values`` is deprecated there, to be removed in 5.40),
+   ``past_key_values`` before. The name is read off the model's ``forward`` signature, so
+   neither version sees a deprecated argument.
 """
 
 from __future__ import annotations
@@ -71,6 +75,19 @@ def _repeat_groups(ids: torch.Tensor, mask: torch.Tensor) -> int:
     return 1
 
 
+def cache_keyword(model) -> str:
+    """The keyword ``model.forward`` takes its KV cache under (choice 5)."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def output_cache(out):
+    """The KV cache a forward returned, read without touching a deprecated attribute (choice 5):
+    ``out.past_key_values`` on transformers >= 5.24 is a property that logs a deprecation."""
+    cache = out.get("cache")
+    return out.get("past_key_values") if cache is None else cache
+
+
 @torch.no_grad()
 def sample_tokens(
     model,
@@ -103,15 +120,16 @@ def sample_tokens(
     mask[:, :L] = prompt_mask
     positions = (prompt_mask.long().cumsum(-1) - 1).masked_fill(prompt_mask == 0, 0)  # [B, L]
     takes_positions = "position_ids" in inspect.signature(model.forward).parameters
+    cache_name = cache_keyword(model)
     k = _repeat_groups(prompt_ids, prompt_mask)  # prefill each distinct prompt once
     extra = {"position_ids": positions[::k]} if takes_positions else {}
     out = model(input_ids=prompt_ids[::k], attention_mask=prompt_mask[::k], use_cache=True,
                 **extra)
-    cache, logits = out.past_key_values, out.logits[:, -1]
+    cache, logits = output_cache(out), out.logits[:, -1]
     if k > 1 and not hasattr(cache, "batch_repeat_interleave"):  # a model's own cache type
         k, extra = 1, ({"position_ids": positions} if takes_positions else {})
         out = model(input_ids=prompt_ids, attention_mask=prompt_mask, use_cache=True, **extra)
-        cache, logits = out.past_key_values, out.logits[:, -1]
+        cache, logits = output_cache(out), out.logits[:, -1]
     if k > 1:
         cache.batch_repeat_interleave(k)
         logits = logits.repeat_interleave(k, dim=0)
@@ -149,6 +167,6 @@ def sample_tokens(
             positions = positions[:, -1:] + 1
             extra["position_ids"] = positions
         out = model(input_ids=y[active, None], attention_mask=mask[active, : L + t + 1],
-                    past_key_values=cache, use_cache=True, **extra)
-        cache, logits = out.past_key_values, out.logits[:, -1]
+                    use_cache=True, **{cache_name: cache}, **extra)
+        cache, logits = output_cache(out), out.logits[:, -1]
     return torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)

@@ -16,10 +16,15 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+if TYPE_CHECKING:
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+# transformers and tokenizers are imported where a model is built, not with the module: loading
+# a config (which every `rlnb` command does first, to refuse bad input) then costs no transformers
+# import (several seconds)
 
 SPECIAL_TOKENS = ["<pad>", "<unk>", "<s>", "</s>"]
 CHARACTERS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]  # printable + "\n"
@@ -27,6 +32,9 @@ CHARACTERS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]  # printab
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
     """A character-level fast tokenizer: one token per printable ASCII character."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
@@ -55,6 +63,8 @@ def build_tiny_llama(
     eos_token_id: int = 3,
 ) -> LlamaForCausalLM:
     """A freshly initialised small Llama (about 0.3 M parameters at the defaults)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     config = LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=hidden_size,

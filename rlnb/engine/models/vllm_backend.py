@@ -35,9 +35,10 @@ Implementation choices:
    cache freed), so training has the memory; the next refit or generation wakes the weights and
    loads the policy's current ones, then the KV cache.
 
-This module is longer than the ~400 lines STYLE.md aims for: the engine's lifecycle (start,
-refit, sleep/wake, the RNG and thread state vLLM changes in this process) and its sampling
-translation belong together, and split apart they would each need the other's internals.
+This module is longer than the ~400 lines per module the project aims for: the engine's
+lifecycle (start, refit, sleep/wake, the RNG and thread state vLLM changes in this process) and
+its sampling translation belong together, and split apart they would each need the other's
+internals.
 
 ``vllm`` is imported on first use only (``import rlnb`` works without it). The backend has
 ``generation.GenerationBackend``'s interface without subclassing it: ``generation.py`` imports

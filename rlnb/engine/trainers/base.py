@@ -33,6 +33,7 @@ from rlnb.algorithms.policy_loss import ClippedPGLossFn
 from rlnb.engine.batches import StepMetrics
 from rlnb.engine.distributed import Distributed
 from rlnb.engine.models.generation import make_generation_backend
+from rlnb.engine.trainers.rollout import resolve_logprob_reuse
 
 
 def needs_reference(config) -> bool:
@@ -119,17 +120,12 @@ class Trainer:
                 f"{self.loop_section}.max_rollout_turns is 1 (it would never be asked a second "
                 "turn)")
         p = config.policy
+        # a config changed after it loaded is decided again, before an engine starts
+        resolve_logprob_reuse(loop, p, self.loop_section)
         self.max_prompt_length = p.max_total_sequence_length - p.generation.max_new_tokens
         self.generator = make_generation_backend(
             self.policy.model, self.policy.tokenizer, p.generation, self.max_prompt_length
         )
-        if getattr(loop, "reuse_generation_logprobs", False) and not getattr(
-            self.generator, "shares_policy_weights", False
-        ):
-            raise ValueError(
-                f"{self.loop_section}.reuse_generation_logprobs needs a generation backend that "
-                f"samples with the policy's own weights; policy.generation.backend="
-                f"{p.generation.backend!r} does not (set it to false)")
         self.step_count = 0  # completed steps (the save state's current_step)
         self.consumed_prompts = 0  # data position in the task's training stream
         self._stream: list[dict[str, Any]] = []
@@ -234,24 +230,29 @@ class Trainer:
         num_steps = loop.max_num_steps if num_steps is None else num_steps
         if num_steps < 0:
             raise ValueError(f"num_steps must be >= 0, got {num_steps}")
-        steps = range(num_steps)
+        bar = None
         if progress and self.dist.is_main:
-            from tqdm.auto import tqdm
+            from rlnb.engine.progress import progress_bar
 
-            steps = tqdm(steps, desc=type(self).__name__.removesuffix("Trainer"), unit="step")
-        if loop.val_at_start and self.step_count == 0 and loop.val_period:
-            yield StepMetrics({"step": 0, **self.validate()})
-        for i in steps:
-            metrics = self.step()
-            last = i == num_steps - 1
-            if loop.val_period and (self.step_count % loop.val_period == 0
-                                    or (last and loop.val_at_end)):
-                metrics.update(self.validate())
-            if progress and self.dist.is_main:
-                steps.set_postfix(
-                    reward=f"{metrics.get('train/reward', math.nan):.3f}",
-                    val=f"{self.last_validation.get('validation/accuracy', math.nan):.3f}")
-            yield metrics
+            bar = progress_bar(total=num_steps, desc=type(self).__name__.removesuffix("Trainer"))
+        try:  # the bar ends however the loop does: done, stopped early, or an error
+            if loop.val_at_start and self.step_count == 0 and loop.val_period:
+                yield StepMetrics({"step": 0, **self.validate()})
+            for i in range(num_steps):
+                metrics = self.step()
+                last = i == num_steps - 1
+                if loop.val_period and (self.step_count % loop.val_period == 0
+                                        or (last and loop.val_at_end)):
+                    metrics.update(self.validate())
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(
+                        reward=f"{metrics.get('train/reward', math.nan):.3f}",
+                        val=f"{self.last_validation.get('validation/accuracy', math.nan):.3f}")
+                yield metrics
+        finally:
+            if bar is not None:
+                bar.close()
 
     # ------------------------------------------------------------------ hyperparameters
     def reconfigure(self, overrides: dict[str, Any] | list[str], *, dry_run: bool = False

@@ -24,7 +24,7 @@ Implementation choices:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -70,11 +70,12 @@ class GRPOConfig(Config):
     seq_logprob_error_threshold: float | None = Field(
         None, gt=0, description="Mask rows whose mean exp|log π_gen - log π_old| exceeds it.")
     skip_reference_policy_logprobs_calculation: bool = Field(False, description="No ref model.")
-    reuse_generation_logprobs: bool = Field(
-        False,
+    reuse_generation_logprobs: bool | Literal["auto"] = Field(
+        "auto",
         description="rlnb extra: take prev_logprobs from generation (same weights, full-vocab "
-        "log-softmax) instead of a second forward; needs a backend that generates with the "
-        "policy's own module (hf).",
+        "log-softmax) instead of a second forward. 'auto' decides when the config loads: true "
+        "where the backend samples with the policy's own module (hf) in float32 in the "
+        "synchronous loop, else false; true with vllm or async is refused.",
     )
     val_period: int = Field(10, ge=0, description="Validate every k steps (0: never).")
     val_at_start: bool = Field(True, description="Validate before the first step.")

@@ -36,7 +36,7 @@ Implementation choices:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import Field, field_validator, model_validator
@@ -111,8 +111,9 @@ class PPOConfig(Config):
         0, ge=0, description="Critic warm-up: only the critic trains before this step.")
     seq_logprob_error_threshold: float | None = Field(
         None, gt=0, description="Mask rows whose mean exp|log π_gen - log π_old| exceeds it.")
-    reuse_generation_logprobs: bool = Field(
-        False, description="rlnb extra: prev_logprobs from generation (hf backend), as grpo's.")
+    reuse_generation_logprobs: bool | Literal["auto"] = Field(
+        "auto", description="rlnb extra: prev_logprobs from generation, as grpo's ('auto': true "
+        "with the hf backend, decided when the config loads).")
 
     @model_validator(mode="after")
     def _consistent(self) -> PPOConfig:

@@ -10,7 +10,12 @@ Implementation choices:
 2) The previous-policy and reference log-probs are computed right away, so a ``RolloutBatch``
    is complete: a replay after an update still uses the log-probs of the policy that generated
    it. ``reuse_generation_logprobs`` takes them from the generator instead when it sampled with
-   the policy's own weights (they agree to ~1e-6; a KV-cache vs full-pass rounding).
+   the policy's own weights (they agree to ~1e-6; a KV-cache vs full-pass rounding). Its
+   default, ``auto``, is decided when the config loads (``resolve_logprob_reuse``): reuse with
+   the hf backend in float32 in a synchronous loop; recompute in bfloat16, with vLLM (its
+   kernels' log-probs differ slightly) or under async GRPO (the collector samples with older
+   weights). The decision is written into the resolved config, so a resumed or verified run
+   makes the same one.
 3) Dynamic sampling (DAPO) generates, so it is part of this stage (``dynamic_sampling.py``).
 """
 
@@ -32,6 +37,43 @@ def timer():
     """``elapsed = timer(); ...; elapsed()`` -> seconds since the call."""
     start = time.perf_counter()
     return lambda: time.perf_counter() - start
+
+
+def resolve_logprob_reuse(loop, policy, section: str) -> bool:
+    """Decide ``<section>.reuse_generation_logprobs`` (choice 2), write the decision into ``loop``
+    and return it. ``auto`` becomes true only where the backend (``policy.generation.backend``)
+    samples with the policy's own module, in float32 (in bfloat16 a KV-cache step and a full
+    pass round differently enough to matter), in a synchronous loop; an explicit true is
+    refused where the generator's weights are not the policy's, naming the key (before any
+    engine starts: this runs when the config loads)."""
+    from rlnb.engine.models.generation import GENERATION_BACKENDS
+
+    asynchronous = getattr(getattr(loop, "async_grpo", None), "enabled", False)
+    backend = policy.generation.backend
+    shares = GENERATION_BACKENDS[backend].shares_policy_weights
+    if loop.reuse_generation_logprobs == "auto":
+        loop.reuse_generation_logprobs = (shares and not asynchronous
+                                          and policy.precision == "float32")
+    elif loop.reuse_generation_logprobs and asynchronous:
+        raise ValueError(
+            f"{section}.reuse_generation_logprobs=true with {section}.async_grpo.enabled=true: "
+            "the collector samples with older weights than the policy being trained (set it to "
+            "auto or false)")
+    elif loop.reuse_generation_logprobs and not shares:
+        raise ValueError(
+            f"{section}.reuse_generation_logprobs=true needs a generation backend that samples "
+            f"with the policy's own weights; policy.generation.backend={backend!r} does not (its "
+            "log-probs differ slightly from the policy's): set it to auto or false")
+    return loop.reuse_generation_logprobs
+
+
+def logprob_source(loop) -> str:
+    """One line naming where ``prev_logprobs`` come from, for a run's first lines."""
+    if loop.reuse_generation_logprobs is True:
+        return ("prev_logprobs: the generator's own (it samples with the policy's weights; "
+                "reuse_generation_logprobs=true)")
+    return ("prev_logprobs: recomputed by the policy after generation "
+            "(reuse_generation_logprobs=false)")
 
 
 def generate_and_score(trainer, rows: list[dict[str, Any]], generations: int, step: int
@@ -110,7 +152,7 @@ def add_logprobs(trainer, batch: RolloutBatch) -> RolloutBatch:
     """Fill ``batch.prev_logprobs`` (the policy's current log-probs of every generated token)
     and ``reference_logprobs`` (when the run keeps a reference), in place; returns it."""
     loop, elapsed = trainer.loop_config, timer()
-    if getattr(loop, "reuse_generation_logprobs", False):
+    if getattr(loop, "reuse_generation_logprobs", False) is True:  # never an unresolved 'auto'
         batch.prev_logprobs = batch.generation_logprobs * batch.token_mask  # choice 2
     else:
         batch.prev_logprobs = trainer.policy.logprobs(

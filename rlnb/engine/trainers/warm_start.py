@@ -15,14 +15,28 @@ Implementation choices:
 3) It runs on its own random state, seeded with the loop's seed, and leaves the caller's alone:
    what follows is the same whether the warm start ran or its result was loaded.
 4) Caching the result on disk is the run layer's job (``rlnb.run.warm_start_cache``); this module
-   only trains, and names the settings a cached result depends on (``warm_start_key``).
+   only trains, and names what a cached result depends on: the settings (``warm_start_key``),
+   and the code and packages that computed it (``build_stamp``).
+5) The settings are every config value the warm start reads (model, precision, sampling, task,
+   SFT settings, seed, device type), not the RL loop's own (its optimizer and batch sizes), so
+   GRPO and PPO runs of one model share a warm start.
+6) The code is a hash of the source of the modules in ``WEIGHT_CODE``: those whose functions
+   run while the model is built and warm-started, the sampler included (sampled accuracy
+   decides when the run stops). ``tests/test_warm_start_cache.py`` traces a warm start and
+   fails when a module runs that the list neither holds nor exempts. Package versions cover
+   the libraries that compute the numbers (``package_versions``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
+import importlib.util
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
 from pydantic import Field
@@ -44,19 +58,97 @@ class SFTConfig(Config):
     )
     eval_every: int = Field(50, ge=1, description="Steps between accuracy checks.")
     eval_prompts: int = Field(128, ge=1, description="Rows per accuracy check.")
-    cache: bool = Field(True, description="Reuse a cached warm start with the same settings.")
+    cache: bool = Field(True, description="Reuse a cached warm start with the same settings, "
+                        "built by the same code and package versions.")
 
 
 def warm_start_key(trainer, cfg: SFTConfig) -> str:
-    """A hash of everything the warm start's result depends on (model, task, SFT settings,
-    seed): two runs with the same key start GRPO from the same weights."""
-    parts = [trainer.config.policy.model_name, trainer.config.policy.tiny, trainer.config.data,
-             cfg.model_copy(update={"cache": True}), trainer.loop_config.seed]
+    """A hash of every setting the warm start's result depends on (choice 5): two runs with the
+    same key and the same ``build_stamp`` start GRPO from the same weights."""
+    config, loop = trainer.config, trainer.loop_config
+    turns = getattr(loop, "max_rollout_turns", 1)
+    parts = [
+        # the RL loop's optimizer and batch sizes never touch the warm start
+        config.policy.model_dump(mode="json", exclude={
+            "optimizer", "train_global_batch_size", "train_micro_batch_size",
+            "logprob_batch_size", "max_grad_norm"}),
+        config.data, cfg.model_copy(update={"cache": True}), loop.seed,
+        trainer.policy.device.type,  # CPU and GPU kernels round differently
+        # probe accuracy goes through the environment only in multi-turn rollouts
+        [turns, getattr(config, "env", None)] if turns > 1 else None,
+    ]
     blob = json.dumps(
         [p.model_dump(mode="json") if hasattr(p, "model_dump") else p for p in parts],
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# The modules whose code computes the warm-started weights (choice 6): a change to any of them
+# can change the weights, so it makes a cached warm start stale.
+WEIGHT_CODE = (
+    "rlnb.engine.trainers.warm_start",  # the SFT loop, its batches and its stop rule
+    "rlnb.engine.trainers.base",  # builds the policy and the generator, formats prompts
+    "rlnb.engine.trainers.rollout",  # generate_and_score: the probe accuracy
+    "rlnb.engine.models.tiny",  # the embedded model's tokenizer and initial weights
+    "rlnb.engine.models.policy",  # model loading, forward_logprobs, sync_reference
+    "rlnb.engine.models.generation",  # prompt tokenisation, the generation backends
+    "rlnb.engine.models.sampler",  # the lean sampler the hf backend draws with
+    "rlnb.engine.models.vllm_backend",  # the sampler under policy.generation.backend=vllm
+    "rlnb.engine.environments.base",  # reward checks
+    "rlnb.engine.environments.tasks",  # the rows, prompts and their scoring
+    "rlnb.engine.environments.math_task",  # data.name=math
+    "rlnb.engine.environments.multiturn",  # probe rollouts with max_rollout_turns > 1
+    "rlnb.algorithms.preference",  # nll_loss
+    "rlnb.algorithms.logprobs",  # token log-probs of the loss and the sampler
+    "rlnb.algorithms.masked",  # nll_loss's masked means
+)
+
+# The libraries that compute the numbers: torch (kernels), transformers (the model and its
+# attention), tokenizers (the token ids), numpy (a hub model's tokenizer may use it), vllm (the
+# sampler under backend=vllm: asked only then, so an unused install does not matter).
+NUMERIC_PACKAGES = ("torch", "transformers", "tokenizers", "numpy")
+
+
+def source_hash(modules) -> str:
+    """sha256 (16 hex digits) over the named modules' source files, read from disk without
+    importing them; a module that cannot be found hashes as missing."""
+    h = hashlib.sha256()
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None else None
+        source = Path(origin).read_bytes() if origin and origin.endswith(".py") else b"missing"
+        h.update(name.encode() + b"\0" + source + b"\0")
+    return h.hexdigest()[:16]
+
+
+@functools.cache
+def code_hash() -> str:
+    """``source_hash(WEIGHT_CODE)``, computed once per process (at its first warm-start lookup):
+    a process runs the code it imported, whatever is edited on disk later, and must not stamp
+    its results with the edited code's hash."""
+    return source_hash(WEIGHT_CODE)
+
+
+def package_versions(backend: str = "hf") -> dict[str, str]:
+    """Installed versions of ``NUMERIC_PACKAGES`` (``vllm`` too with ``backend="vllm"``) and
+    Python's ``major.minor`` (``random`` draws the task's rows); ``"none"`` when absent."""
+    names = NUMERIC_PACKAGES + (("vllm",) if backend == "vllm" else ())
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "none"
+    versions["python"] = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return versions
+
+
+def build_stamp(trainer) -> dict:
+    """What computed a warm start besides its settings: ``{"code": code_hash(), "packages":
+    package_versions(...)}``. A cached result built under another stamp is stale."""
+    return {"code": code_hash(),
+            "packages": package_versions(trainer.config.policy.generation.backend)}
 
 
 def supervised_batch(tokenizer, rows: list[dict]) -> dict[str, torch.Tensor]:
@@ -106,9 +198,9 @@ def _warm_start(trainer, cfg: SFTConfig, *, progress: bool, log) -> dict:
     start, steps, accuracy = time.perf_counter(), 0, 0.0
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from rlnb.engine.progress import progress_bar
 
-        bar = tqdm(total=cfg.max_steps, desc="warm start (SFT)", unit="step")
+        bar = progress_bar(total=cfg.max_steps, desc="warm start (SFT)")
     for steps in range(1, cfg.max_steps + 1):
         batch = supervised_batch(
             policy.tokenizer, rows[(steps - 1) * cfg.batch_size : steps * cfg.batch_size]
