@@ -29,7 +29,9 @@ C = TypeVar("C", bound="Config")
 class Config(BaseModel):
     """Base of every rlnb config section: strict keys, validated on assignment too."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # protected_namespaces=(): pydantic < 2.10 reserves the whole ``model_`` prefix and warns at
+    # import about ``policy.model_name``; a field that shadows a BaseModel method still warns
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
 
 
 def _section_model(annotation: Any) -> Any:

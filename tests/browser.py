@@ -387,6 +387,12 @@ def error_outputs(page: Page) -> list[str]:
     return [t for t in texts if TRACEBACK.search(t)]
 
 
+def error_coloured_outputs(page: Page) -> list[str]:
+    """Texts of every output JupyterLab draws in its error colour: exceptions and anything a
+    cell wrote to stderr (a warning, a stray progress bar), which a reader takes for an error."""
+    return page.locator(STDERR_OUTPUT).all_inner_texts()
+
+
 def dialogs(page: Page) -> list[str]:
     """Texts of open JupyterLab dialogs (kernel not found, kernel died, ...)."""
     return page.locator(DIALOG).all_inner_texts()

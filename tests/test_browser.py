@@ -21,6 +21,7 @@ from browser import (  # noqa: E402
     click_toggle,
     click_toggle_button,
     dialogs,
+    error_coloured_outputs,
     error_outputs,
     find_chromium,
     jupyter_lab,
@@ -226,6 +227,8 @@ def test_tutorial_controls_in_the_browser(lab, browser, tmp_path):
         page = nb.page
         run_all_cells(page, timeout=240)
         assert error_outputs(page) == [] and dialogs(page) == []
+        # no warning or stray progress bar in an error-coloured box either
+        assert error_coloured_outputs(page) == []
         page.wait_for_selector(PLOTLY_GRAPH, timeout=60_000)
         traces = plot_traces(page)
         labels = button_labels(page)

@@ -88,6 +88,46 @@ def test_widgets_folder_installs_as_rlnb_widgets_without_a_top_level_name(tmp_pa
     assert no_top_level == "True", "a top-level 'widgets' module is importable: name collision"
 
 
+def _pins(path: Path) -> dict[str, str]:
+    """``{normalised name: version}`` of a pip constraints file."""
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return pins
+
+
+def test_the_lock_pins_every_dependency_and_agrees_with_constraints():
+    """requirements-lock.txt (tools/update_lock.sh) holds an exact version of every package
+    pyproject.toml asks for, in every extra, and torch at constraints.txt's pin."""
+    lock = _pins(ROOT / "requirements-lock.txt")
+    project = PYPROJECT["project"]
+    specs = list(project["dependencies"])
+    for extra, deps in project["optional-dependencies"].items():
+        if extra != "vllm":  # vLLM lives in its own venv (tests/run_vllm_tier.sh)
+            specs += deps
+    names = {re.sub(r"[-_.]+", "-", re.split(r"[<>=!\[ ;]", s)[0]).lower() for s in specs}
+    assert not names - set(lock), f"the lock lacks {sorted(names - set(lock))}"
+    for name, version in _pins(ROOT / "constraints.txt").items():
+        assert lock.get(name) == version, (name, lock.get(name), version)
+
+
+def test_this_environment_is_the_lock():
+    """The suite's figures and the warm-start record hold for the lock's versions: say so plainly
+    when the environment drifted from it (pip install -c requirements-lock.txt ...)."""
+    from importlib.metadata import distributions
+
+    installed = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version.split("+")[0]
+                 for d in distributions()}
+    lock = _pins(ROOT / "requirements-lock.txt")
+    drift = {n: (installed[n], v) for n, v in lock.items() if n in installed and installed[n] != v}
+    assert not drift, (
+        f"installed versions differ from requirements-lock.txt (installed, locked): {drift}; "
+        "reinstall with pip install -c requirements-lock.txt -e '.[notebook,dev,ray]'")
+
+
 def test_environment_yml_matches_pyproject_and_constraints():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     deps = env["dependencies"]
@@ -109,8 +149,9 @@ def test_environment_yml_matches_pyproject_and_constraints():
     assert extras == {"notebook", "dev"}
     assert extras <= set(PYPROJECT["project"]["optional-dependencies"])
     declared = {re.split(r"[<>=!\[ ]", d)[0].lower() for d in PYPROJECT["project"]["dependencies"]}
+    assert "-c requirements-lock.txt" in pip  # the exact versions, as the README installs
     for line in pip:  # anything else listed must be a declared dependency
-        if not line.startswith("-e"):
+        if not line.startswith(("-e", "-c")):
             assert re.split(r"[<>=!\[ ]", line)[0].lower() in declared, line
 
 
@@ -120,12 +161,12 @@ def _quick_start_blocks():
     return re.findall(r"```(\w*)\n(.*?)```", section, re.S)
 
 
-def test_readme_quick_start_has_two_shell_blocks_sharing_the_torch_pin():
+def test_readme_quick_start_has_two_shell_blocks_installing_the_lock():
     assert (ROOT / "README.md").read_text().startswith("# rlnb\n")
     blocks = _quick_start_blocks()
     assert [lang for lang, _ in blocks] == ["bash", "bash"]
     for _, body in blocks:
-        assert "-c constraints.txt" in body
+        assert "-c requirements-lock.txt" in body
     assert "pytest" in blocks[1][1]
     # the first command is the main tutorial, headless; it must exist where the README says
     first = re.search(r"^rlnb run (\S+)$", blocks[0][1], re.M)

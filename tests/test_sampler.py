@@ -11,7 +11,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, xLSTMConfig, xLSTMForCausa
 
 from rlnb.algorithms.logprobs import token_logprobs
 from rlnb.engine.models.generation import GenerationConfig, HFGenerationBackend, left_pad
-from rlnb.engine.models.sampler import _repeat_groups, sample_tokens, warp_logits
+from rlnb.engine.models.sampler import _repeat_groups, output_cache, sample_tokens, warp_logits
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
 
 PAD = 0
@@ -100,7 +100,8 @@ def test_a_cache_that_cannot_be_repeated_is_prefilled_for_every_row():
     # the premise: groups of 3 that the sampler would prefill once, and a cache it cannot repeat
     assert _repeat_groups(ids, mask) == 3
     out = model(input_ids=ids[:1], attention_mask=mask[:1], use_cache=True)
-    assert out.cache is not None and not hasattr(out.cache, "batch_repeat_interleave")
+    cache = output_cache(out)  # ``cache`` from transformers 5.24 on, ``cache_params`` before
+    assert cache is not None and not hasattr(cache, "batch_repeat_interleave")
     eos = frequent_token(model, ids, mask)
     ended = []
     for seed in (0, 1, 2):

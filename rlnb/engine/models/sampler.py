@@ -29,8 +29,9 @@ Implementation choices:
    stops mid-generation.
 5) The KV cache goes in and comes out under the name the installed transformers uses:
    ``cache`` from 5.24 on (``past_key_values`` is deprecated there, to be removed in 5.40),
-   ``past_key_values`` before. The name is read off the model's ``forward`` signature, so
-   neither version sees a deprecated argument.
+   ``past_key_values`` before, and ``cache_params`` for recurrent models such as xLSTM before
+   5.24. The name is read off the model's ``forward`` signature, so no version sees a deprecated
+   argument, and a recurrent model is never stepped without its state.
 """
 
 from __future__ import annotations
@@ -75,17 +76,20 @@ def _repeat_groups(ids: torch.Tensor, mask: torch.Tensor) -> int:
     return 1
 
 
+# the names a forward takes and returns its cache under, newest first (choice 5)
+CACHE_NAMES = ("cache", "past_key_values", "cache_params")
+
+
 def cache_keyword(model) -> str:
     """The keyword ``model.forward`` takes its KV cache under (choice 5)."""
     params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
+    return next((name for name in CACHE_NAMES if name in params), "past_key_values")
 
 
 def output_cache(out):
     """The KV cache a forward returned, read without touching a deprecated attribute (choice 5):
     ``out.past_key_values`` on transformers >= 5.24 is a property that logs a deprecation."""
-    cache = out.get("cache")
-    return out.get("past_key_values") if cache is None else cache
+    return next((out[name] for name in CACHE_NAMES if out.get(name) is not None), None)
 
 
 @torch.no_grad()

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The version tiers: the fast subset of the suite (the notebooks in fast mode, the engine's unit
+# tests) at the newest versions pip resolves from pyproject.toml today and at
+# the lowest versions pyproject.toml allows. The full suite runs on requirements-lock.txt.
+#
+#   bash tests/run_version_tiers.sh            # both tiers
+#   TIERS=lower bash tests/run_version_tiers.sh
+#
+# newest: pip resolves rlnb[notebook,dev] afresh (only torch pinned, by constraints.txt). When
+#         that resolution is exactly the lock's versions, the full suite has already run on it
+#         and the tier says so instead of installing the same versions twice.
+# lower:  every `name>=X` of pyproject.toml's dependencies and notebook/dev extras pinned to X
+#         (tools/lower_bounds.py), torch at its pin.
+# Each tier builds a throwaway venv under $TIER_DIR (default: a temporary folder).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+TIERS=${TIERS:-newest lower}
+# the notebooks in fast mode and the engine's unit tests (the CLI's stderr check runs in the full
+# suite on the lock; here it would add minutes to CI for little)
+FAST_SUBSET=(tests/test_notebooks.py tests/test_sampler.py tests/test_grpo_trainer.py
+             tests/test_logprobs.py tests/test_logprob_source.py tests/test_environments.py
+             tests/test_tasks.py)
+work=${TIER_DIR:-$(mktemp -d)}
+say() { printf '[version tiers] %s\n' "$*"; }
+quiet() { grep -v "^WARNING: Location '.*' is ignored: it is neither a file nor a directory" || true; }
+# pins, normalised; pip, setuptools and wheel left out (pip freeze, which made the lock, omits them)
+lock_pins() {
+    grep -v '^#' "$1" | tr 'A-Z_' 'a-z-' | grep -vE '^(pip|setuptools|wheel)==' | LC_ALL=C sort
+}
+
+tier() {  # tier NAME PIP-ARGS...
+    local name=$1; shift
+    local venv="$work/venv-$name" start=$SECONDS
+    say "$name: building $venv"
+    # --clear: a venv left in a reused TIER_DIR would keep packages the pins no longer name
+    "$PYTHON" -m venv --clear "$venv"
+    # the log keeps what -q would drop: on a resolution failure, the lines naming the conflict.
+    # --no-compile: byte-compiling every installed module (torch's above all) took half the
+    # install; the modules the tests import are compiled as they are imported
+    if ! "$venv/bin/python" -m pip install --disable-pip-version-check --no-compile "$@" \
+            > "$work/$name-pip.log" 2>&1; then
+        quiet < "$work/$name-pip.log" | tail -25
+        say "$name: pip install failed (full log: $work/$name-pip.log)"
+        exit 1
+    fi
+    "$venv/bin/python" -m pip freeze --exclude-editable --disable-pip-version-check 2>&1 |
+        quiet | sed -E 's/\+cpu$//' > "$work/$name-freeze.txt"
+    say "$name: $(grep -iE '^(torch|transformers|tokenizers|accelerate|papermill|ipykernel|pandas|numpy)==' "$work/$name-freeze.txt" | tr '\n' ' ')"
+    say "$name: installed in $((SECONDS - start)) s; running the fast subset"
+    "$venv/bin/python" -m ipykernel install --sys-prefix --name python3 >/dev/null
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${FAST_SUBSET[@]}"
+    say "$name: done in $((SECONDS - start)) s"
+}
+
+for t in $TIERS; do
+    case $t in
+    newest)
+        # what a fresh install would resolve today, without installing it
+        "$PYTHON" -m venv "$work/resolver"
+        "$work/resolver/bin/python" -m pip install -q --disable-pip-version-check --dry-run \
+            --ignore-installed --report "$work/newest.json" -c constraints.txt \
+            -e ".[notebook,dev,ray]" 2>&1 | quiet
+        "$work/resolver/bin/python" - "$work/newest.json" > "$work/newest-pins.txt" <<'PY'
+import json, sys
+for item in json.load(open(sys.argv[1]))["install"]:
+    meta = item["metadata"]
+    if meta["name"].lower() != "rlnb":
+        print(f"{meta['name']}=={meta['version'].split('+')[0]}")
+PY
+        if diff <(lock_pins "$work/newest-pins.txt") \
+                <(lock_pins requirements-lock.txt) \
+                > "$work/newest.diff"; then
+            say "newest: pip resolves exactly requirements-lock.txt today; the full suite ran on it"
+        else
+            say "newest: differs from the lock in $(grep -c '^<' "$work/newest.diff") packages:"
+            grep '^<' "$work/newest.diff" | head -20
+            tier newest -c constraints.txt -e ".[notebook,dev]"
+        fi ;;
+    lower)
+        "$PYTHON" tools/lower_bounds.py > "$work/lower.txt"
+        tier lower -c constraints.txt -c "$work/lower.txt" -e ".[notebook,dev]" ;;
+    *) say "unknown tier $t (newest, lower)"; exit 2 ;;
+    esac
+done
