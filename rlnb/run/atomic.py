@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     """Persist a directory entry change (a rename) where the platform allows it."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -43,22 +43,31 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
+@contextmanager
+def atomic_replace(path: str | Path) -> Iterator[Path]:
+    """A hidden temporary sibling of ``path`` to write (for writers that want a file name, not
+    bytes); fsync'ed and renamed over ``path`` when the block succeeds, removed when it fails,
+    so readers see the old file or the whole new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
+        yield Path(tmp)
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
-    return path
+    fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
+    with atomic_replace(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
 
 
 def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
@@ -72,7 +81,7 @@ def _fsync_tree(root: Path) -> None:
         for name in filenames:
             with open(os.path.join(dirpath, name), "rb") as f:
                 os.fsync(f.fileno())
-        _fsync_dir(Path(dirpath))
+        fsync_dir(Path(dirpath))
 
 
 @contextmanager
@@ -105,7 +114,7 @@ def atomic_dir(final_path: str | Path) -> Iterator[Path]:
             os.rename(trash, final)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
     if trash is not None:
         if trash.is_dir() and not trash.is_symlink():
             shutil.rmtree(trash, ignore_errors=True)

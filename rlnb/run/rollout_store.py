@@ -46,10 +46,8 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlnb.run.atomic import _fsync_dir
+from rlnb.run.atomic import atomic_replace, fsync_dir
 
 CHUNK_STEPS = 50
 _SEALED = re.compile(r"steps_(\d+)\.parquet")
@@ -162,26 +160,9 @@ def _fit(batch, schema):
         return None
 
 
-@contextmanager
-def _replacing(path: Path) -> Iterator[Path]:
-    """A hidden temporary sibling to write; fsync'ed and renamed over ``path`` when the block
-    succeeds (``atomic.py``'s scheme, for writers that want a file name, not bytes)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
 def _write_stream(path: Path, schema, batches: list) -> int:
     """(Re)write a chunk in progress atomically; returns its size in bytes."""
-    with _replacing(path) as tmp, open(tmp, "wb") as f:
+    with atomic_replace(path) as tmp, open(tmp, "wb") as f:
         size = 0
         for data in [schema.serialize(), *(b.serialize() for b in batches)]:
             f.write(memoryview(data))
@@ -198,7 +179,7 @@ def _write_parquet(path: Path, batches: Iterable) -> bool:
     head = next(batches, None)
     if head is None:
         return False
-    with _replacing(path) as tmp, pq.ParquetWriter(str(tmp), head.schema) as writer:
+    with atomic_replace(path) as tmp, pq.ParquetWriter(str(tmp), head.schema) as writer:
         writer.write_batch(head)
         for batch in batches:
             writer.write_batch(batch)
@@ -439,7 +420,7 @@ class RolloutStore:
                     table = table.filter(pc.less_equal(table.column("step"), pa.scalar(k)))
                     _write_parquet(path, _per_step(table))
             if self.folder.is_dir():
-                _fsync_dir(self.folder)
+                fsync_dir(self.folder)
 
     def _append(self, o: _Open, batch, step: int) -> None:
         data = batch.serialize()
@@ -499,7 +480,7 @@ class RolloutStore:
             batches = _per_step(table)
             size = _write_stream(stream, table.schema, batches)
             path.unlink()  # killed before this: both hold the same steps, the Parquet copy wins
-            _fsync_dir(self.folder)
+            fsync_dir(self.folder)
             self._open = _Open(stream, table.schema, steps, size)
 
     def _seal_open(self) -> Path | None:
@@ -511,5 +492,5 @@ class RolloutStore:
         target = self.folder / f"steps_{int(_OPEN.fullmatch(stream.name)[1]):06d}.parquet"
         wrote = _write_parquet(target, _stream(stream))  # nothing if no batch is complete
         stream.unlink()
-        _fsync_dir(self.folder)
+        fsync_dir(self.folder)
         return target if wrote else None
