@@ -203,15 +203,17 @@ def run_n_then_stop(page, graph: int, stop_nth: int) -> dict:
     click_button(page, "Run N")
     wait_for_more_points(page, graph, than=before + 2, timeout=60)  # training, plotted live
     state, seconds = kernel_state(page)
+    # the probe answering while training still runs is what shows the kernel is free; how fast it
+    # answers depends on the machine's load (2 shared cores in CI), so the bound is generous
     assert state["running"], f"the probe ran after training ended: {state}"
-    assert seconds < 5, f"a cell took {seconds:.1f} s to answer during Run N"
+    assert seconds < 30, f"a cell took {seconds:.1f} s to answer during Run N"
     clicked = time.monotonic()
     click_nth_button(page, "Stop", stop_nth)
     wait_for_widget_text(page, r"stopped: \d+ steps", timeout=30)
     ended = time.monotonic() - clicked
     state, _ = kernel_state(page)
     assert not state["running"] and state["step"] < 5000, state
-    assert ended < 5, f"training ended {ended:.1f} s after Stop was clicked"
+    assert ended < 20, f"training ended {ended:.1f} s after Stop was clicked"
     print(f"Run N: a cell answered in {seconds:.2f} s; Stop (button {stop_nth}) ended training "
           f"{ended:.2f} s after the click")
     assert_completed_step(state)
