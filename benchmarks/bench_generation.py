@@ -4,7 +4,7 @@ Both backends sample the same prompts with the same settings (``policy.generatio
 top-p, top-k, max_new_tokens) through rlnb's own backend classes, so the figures are what the
 trainer sees, log-prob extraction included. Reported per backend: median seconds per batch over
 the repeats (after one warm-up batch) and generated tokens per second (tokens under the response
-mask); for vLLM also the engine start and the median ``refresh_weights`` time. The load average
+mask); for vLLM also the engine start and the median ``refit`` time. The load average
 (other processes sharing the cores skew CPU figures) and the device are printed with them.
 
 Models, built locally (no hub):
@@ -117,7 +117,7 @@ def time_refit(backend, model, repeats: int, device: str) -> float:
     for _ in range(repeats):
         sync(device)
         start = time.perf_counter()
-        backend.refresh_weights(model)
+        backend.refit(model)
         sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)

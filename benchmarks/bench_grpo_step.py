@@ -45,10 +45,10 @@ import time
 
 import torch
 
-import rlnb.engine.models.generation as generation
+import rlnb.engine.models.hf_backend as hf_backend
 import rlnb.engine.models.policy as policy
 import rlnb.engine.trainers.grpo as grpo
-from rlnb.engine.models.generation import response_mask_and_truncation, tokenize_prompts
+from rlnb.engine.models.backend import response_mask_and_truncation, tokenize_prompts
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.run.master_config import load_config
 
@@ -211,10 +211,11 @@ def labelled(trainer: GRPOTrainer):
         (trainer, "next_prompt_rows", "grpo.next_prompt_rows"),
         (trainer, "format_prompt", "grpo.format_prompt (x B)"),
         (trainer.generator, "generate", "HFGenerationBackend.generate"),
-        (generation, "tokenize_prompts", "generation.tokenize_prompts"),
+        (hf_backend, "tokenize_prompts", "backend.tokenize_prompts"),
         (trainer.policy.model, "generate", "model.generate"),
-        (generation, "sample_tokens", "sampler.sample_tokens"),
-        (generation, "response_mask_and_truncation", "generation.response_mask_and_truncation"),
+        (hf_backend, "sample_tokens", "sampler.sample_tokens"),
+        (hf_backend, "response_mask_and_truncation",
+         "backend.response_mask_and_truncation"),
         (trainer.policy.tokenizer, "decode", "tokenizer.decode (x B)"),
         (trainer.task, "score", "task.score"),
         (grpo, "check_rewards", "environments.check_rewards"),
@@ -228,7 +229,7 @@ def labelled(trainer: GRPOTrainer):
         (torch.nn.utils, "clip_grad_norm_", "clip_grad_norm_"),
         (policy, "sum_partial_metrics", "reduction.sum_partial_metrics"),
         (trainer.policy.scheduler, "step", "scheduler.step"),
-        (trainer.generator, "refresh_weights", "generator.refresh_weights"),
+        (trainer.generator, "refit", "generator.refit"),
     ]
     saved = []
     for owner, name, label in patches:

@@ -139,7 +139,8 @@ def _run_metrics(run_dir: Path) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rlnb.run.notebooks import parse_pairs, run_notebook
+    from rlnb.run.notebooks import run_notebook
+    from rlnb.run.parameters import parse_pairs
 
     def call():
         params = parse_pairs(args.param)
@@ -184,7 +185,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _launch(args: argparse.Namespace) -> int:
     from rlnb.run.launch import RANKS, launch
-    from rlnb.run.notebooks import parse_pairs
+    from rlnb.run.parameters import parse_pairs
 
     def call():
         params = parse_pairs(args.param)

@@ -63,9 +63,12 @@ def format_validation_error(err: ValidationError, model: type[BaseModel], where:
             close = get_close_matches(str(loc[-1]), _field_names(model, loc), n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             lines.append(f"{path}: unknown key{hint}")
+        elif not loc:  # a rule across keys (a model validator): its message names them
+            msg = e["msg"].removeprefix("Value error, ")
+            lines.append(f"{where}: {msg}" if where else msg)
         else:
             got = e.get("input")
-            shown = "" if isinstance(got, Mapping) else f" (got {got!r})"
+            shown = "" if isinstance(got, (Mapping, BaseModel)) else f" (got {got!r})"
             msg = e["msg"].removeprefix("Value error, ")
             lines.append(f"{path}: {msg}{shown}")
     return "invalid config:\n  " + "\n  ".join(lines)

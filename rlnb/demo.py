@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from rlnb.algorithms.advantages import make_advantage_estimator
 from rlnb.algorithms.baselines import calculate_baseline_and_std_per_prompt
+from rlnb.algorithms.estimators import make_advantage_estimator
 from rlnb.algorithms.kl import KL_ESTIMATORS, calculate_kl
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
 from rlnb.algorithms.reduction import global_valid_counts

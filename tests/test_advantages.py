@@ -13,13 +13,10 @@ from rlnb import (
     ReinforcePlusPlusAdvantageEstimator,
     make_advantage_estimator,
 )
-from rlnb.algorithms.advantages import (
-    gdpo_advantages,
-    gdpo_reward_components,
-    grpo_advantages,
-    on_policy_distillation_advantages,
-    reinforce_plus_plus_advantages,
-)
+from rlnb.algorithms.advantages import grpo_advantages
+from rlnb.algorithms.gdpo import gdpo_advantages, gdpo_reward_components
+from rlnb.algorithms.opd import on_policy_distillation_advantages
+from rlnb.algorithms.reinforce_plus_plus import reinforce_plus_plus_advantages
 
 
 def grpo_reference(groups, rewards, loo, normalize):

@@ -80,9 +80,9 @@ def test_bad_async_configs_fail_at_load_naming_the_key(overrides, message):
 
 
 def test_a_backend_that_cannot_refit_is_refused(monkeypatch):
-    from rlnb.engine.models import generation
+    from rlnb.engine.models import generation, hf_backend
 
-    class FrozenBackend(generation.HFGenerationBackend):
+    class FrozenBackend(hf_backend.HFGenerationBackend):
         shares_policy_weights = False  # samples with weights of its own it cannot reload
 
     monkeypatch.setitem(generation.GENERATION_BACKENDS, "frozen", FrozenBackend)

@@ -19,7 +19,7 @@ import torch
 from pydantic import BaseModel
 
 import rlnb
-from rlnb.algorithms.advantages import ADVANTAGE_ESTIMATORS
+from rlnb.algorithms.estimators import estimator_names
 from rlnb.algorithms.importance_sampling import TRUNCATED_IS_TYPES
 from rlnb.algorithms.kl import KL_ESTIMATORS
 from rlnb.engine.environments.tasks import TASKS
@@ -35,7 +35,7 @@ PPO_BASE = ["policy.train_global_batch_size=8", "policy.train_micro_batch_size=8
             "ppo.val_period=2", "policy.generation.max_new_tokens=4",
             "ppo.policy_training_start_step=0"]  # no critic warm-up: the actor trains at once
 CHOICES = {
-    "grpo.adv_estimator.name": list(ADVANTAGE_ESTIMATORS),
+    "grpo.adv_estimator.name": estimator_names("grpo"),
     "loss_fn.reference_policy_kl_type": list(KL_ESTIMATORS),
     "loss_fn.truncated_importance_sampling_type": list(TRUNCATED_IS_TYPES),
     "policy.generation.backend": list(GENERATION_BACKENDS),

@@ -84,3 +84,76 @@ def test_the_layer_check_catches_an_upward_import(tmp_path):
     bad.write_text("def f():\n    from rlnb.run.master_config import load_config\n")
     assert [(n, layer(n)) for _, n in imports(bad)] == [("rlnb.run.master_config", 3)]
     assert layer("rlnb.engine.trainers.grpo") == 2 < 3
+
+
+# --------------------------------------------------------------------------- import cycles
+def import_graph(files=None) -> dict[str, set[str]]:
+    """module -> the package modules it imports (top level and inside functions). ``from a.b
+    import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b``."""
+    files = dict(module_files() if files is None else files)
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for module, path in files.items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files
+                         else node.module for a in node.names]
+            graph[module].update(n for n in names if n in files and n != module)
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycle_inside_the_package():
+    """No module of rlnb/ or widgets/ reaches itself through imports, even through an import
+    inside a function (which only hides a cycle until that function runs)."""
+    cycles = import_cycles(import_graph())
+    assert cycles == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_catches_a_cycle_closed_inside_a_function(tmp_path):
+    a, b, c = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
+    a.write_text("import rlnb.b\n")
+    b.write_text("def f():\n    from rlnb.c import g\n")
+    c.write_text("from rlnb import a\n")
+    graph = import_graph({"rlnb.a": a, "rlnb.b": b, "rlnb.c": c})
+    assert graph == {"rlnb.a": {"rlnb.b"}, "rlnb.b": {"rlnb.c"}, "rlnb.c": {"rlnb.a"}}
+    assert import_cycles(graph) == [["rlnb.a", "rlnb.b", "rlnb.c"]]
+    c.write_text("")
+    assert import_cycles(import_graph({"rlnb.a": a, "rlnb.b": b, "rlnb.c": c})) == []

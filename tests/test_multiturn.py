@@ -6,7 +6,6 @@ from tiny_config import TINY
 from rlnb.engine.environments.base import Environment, Rewards, StepResult
 from rlnb.engine.environments.multiturn import RetryEnvironment
 from rlnb.engine.trainers.grpo import GRPOTrainer
-from rlnb.engine.trainers.rollout import generate_and_score
 from rlnb.run.master_config import load_config
 
 SMALL = [*TINY, "grpo.val_period=0", "sft.enabled=false", "policy.max_total_sequence_length=40"]
@@ -43,7 +42,7 @@ def scripted_trainer(turns=3):
 def test_only_running_conversations_step_and_rewards_sum_over_turns():
     t = scripted_trainer()
     rows = [{"prompt": f"{i}+1=", "answer": str(i + 1), "i": i} for i in range(4)]
-    b = generate_and_score(t, rows, 1, 0)
+    b = t.generate_batch(rows, 1)
     # turn 0: all four; turn 1: rows 1, 2 (i%3 >= 1); turn 2: row 2 only
     assert [(turn, ids) for turn, ids, _ in t.env.calls] == [(0, [0, 1, 2, 3]), (1, [1, 2]),
                                                              (2, [2])]
@@ -58,7 +57,7 @@ def test_only_running_conversations_step_and_rewards_sum_over_turns():
 def test_observations_are_in_the_sequence_but_not_in_the_token_mask():
     t = scripted_trainer()
     rows = [{"prompt": f"{i}+1=", "answer": str(i + 1), "i": i} for i in range(3)]
-    b = generate_and_score(t, rows, 1, 0)
+    b = t.generate_batch(rows, 1)
     tok = t.policy.tokenizer
     for r in range(3):
         live = b.attention_mask[r].bool()

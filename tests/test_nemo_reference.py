@@ -5,15 +5,13 @@ import math
 import pytest
 import torch
 
-from rlnb.algorithms.advantages import (
-    gdpo_advantages,
-    grpo_advantages,
-    reinforce_plus_plus_advantages,
-)
+from rlnb.algorithms.advantages import grpo_advantages
 from rlnb.algorithms.baselines import calculate_baseline_and_std_per_prompt
 from rlnb.algorithms.dynamic_sampling import select_nonzero_std
 from rlnb.algorithms.gae import gae_advantages, raw_reward_advantages
+from rlnb.algorithms.gdpo import gdpo_advantages
 from rlnb.algorithms.kl import kl_in_reward
+from rlnb.algorithms.reinforce_plus_plus import reinforce_plus_plus_advantages
 
 # --------------------------------------------------------------------------- the references
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from rlnb.run.notebooks import (
+from rlnb.run.parameters import (
     check_parameters,
     config_override_problem,
     format_value,

@@ -176,15 +176,14 @@ def test_readme_quick_start_has_two_shell_blocks_installing_the_lock():
     assert "README.md" in ci and "pytest" not in ci  # CI reads the command, never copies it
 
 
-def test_readme_python_examples_run(tmp_path, monkeypatch):
+def test_readme_and_guide_python_examples_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    text = (ROOT / "README.md").read_text()
-    examples = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(examples) == 2
     spaces = []
-    for example in examples:
+    for doc in ("README.md", "docs/guide.md"):
+        examples = re.findall(r"```python\n(.*?)```", (ROOT / doc).read_text(), re.S)
+        assert len(examples) == 1, doc
         spaces.append({})
-        exec(compile(example, "README.md", "exec"), spaces[-1])
+        exec(compile(examples[0], doc, "exec"), spaces[-1])
     stages, algorithms = spaces
     # the first: one GRPO step by hand, then five more through train()
     assert stages["trainer"].step_count == 6
@@ -226,7 +225,7 @@ def test_cli_help_is_plain_text_and_train_names_every_loop(capsys, monkeypatch):
     import argparse
 
     from rlnb.cli import build_parser
-    from rlnb.engine.trainers.loops import TRAINERS
+    from rlnb.engine.trainers.loops import LOOPS
 
     monkeypatch.setenv("COLUMNS", "100")  # argparse wraps to the terminal: one width for all
     subparsers = next(a for a in build_parser()._actions
@@ -242,7 +241,7 @@ def test_cli_help_is_plain_text_and_train_names_every_loop(capsys, monkeypatch):
         assert subparsers.choices[command].description, f"rlnb {command} has no description"
     top = " ".join(texts["rlnb"].split())
     train = " ".join(texts["train"].split())
-    for name in TRAINERS:  # every registered loop, by its config name and its display name
+    for name in LOOPS:  # every registered loop, by its config name and its display name
         assert f"algorithm: {name}" in train, f"rlnb train --help does not name the {name} loop"
         assert name.upper() in top, f"rlnb --help does not name the {name} loop"
     # the async loop is GRPO with grpo.async_grpo.enabled (loops.should_use_async_rollouts)

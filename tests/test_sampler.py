@@ -10,7 +10,9 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, xLSTMConfig, xLSTMForCausalLM
 
 from rlnb.algorithms.logprobs import token_logprobs
-from rlnb.engine.models.generation import GenerationConfig, HFGenerationBackend, left_pad
+from rlnb.engine.models.backend import left_pad
+from rlnb.engine.models.generation import GenerationConfig
+from rlnb.engine.models.hf_backend import HFGenerationBackend
 from rlnb.engine.models.sampler import _repeat_groups, output_cache, sample_tokens, warp_logits
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
 

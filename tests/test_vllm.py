@@ -28,7 +28,8 @@ from vllm.inputs import TokensPrompt
 
 import rlnb
 from rlnb.engine.environments.multiturn import RetryEnvironment, sample_conversations
-from rlnb.engine.models.generation import HFGenerationBackend, tokenize_prompts
+from rlnb.engine.models.backend import tokenize_prompts
+from rlnb.engine.models.hf_backend import HFGenerationBackend
 from rlnb.engine.models.policy import position_ids_from_mask
 
 pytestmark = pytest.mark.vllm
@@ -151,7 +152,7 @@ def test_refit_moves_the_engine_to_the_new_weights(trainer):
         old = [r[m.bool()].tolist() for r, m in zip(before.response_ids, before.response_mask)]
         assert engine_greedy(gen, prompt_ids, prompt_mask, n) == old
 
-        gen.refresh_weights(policy.model)
+        gen.refit(policy.model)
         assert gen.weight_version == version + 1
         after = gen.generate(PROMPTS)
         assert after.weight_version == version + 1
@@ -159,7 +160,7 @@ def test_refit_moves_the_engine_to_the_new_weights(trainer):
             assert torch.equal(getattr(after, field), getattr(after_hf, field)), field
         assert after.texts == after_hf.texts
 
-        # a change without refresh_weights (warm start, checkpoint load) is refit on generate
+        # a change without refit (warm start, checkpoint load) is refit on generate
         sft_step(policy, PROMPTS, "ab")
         synced = gen.generate(PROMPTS)
         assert synced.weight_version == version + 2
@@ -208,7 +209,7 @@ def test_sleep_cycle_wakes_weights_then_kv_cache(trainer):
         assert executor.sleeping_tags == {"weights", "kv_cache"}  # asleep between generations
         version = gen.weight_version
         sft_step(policy, PROMPTS, "cd")
-        gen.refresh_weights(policy.model)  # wakes the weights only, to load them
+        gen.refit(policy.model)  # wakes the weights only, to load them
         assert executor.sleeping_tags == {"kv_cache"}
         out = gen.generate(PROMPTS)
         assert out.weight_version == version + 1 and executor.sleeping_tags == {"weights", "kv_cache"}

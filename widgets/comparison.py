@@ -39,14 +39,13 @@ class EstimatorComparison(LiveAndStatic):
         import ipywidgets as w
 
         from rlnb.engine.counterfactual import (
-            ESTIMATORS,
             compare_estimators,
             compare_losses,
             estimator_summary,
             estimator_table,
         )
 
-        self.advantages = compare_estimators(trainer, batch, estimators or ESTIMATORS)
+        self.advantages = compare_estimators(trainer, batch, estimators)
         self.summary = estimator_summary(self.advantages)
         self.table = estimator_table(self.advantages)
         ok = [k for k, v in self.advantages.items() if not isinstance(v, Exception)]

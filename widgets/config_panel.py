@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import html
 
+from rlnb.engine.counterfactual import trainable_estimators
 from rlnb.widgets.static import LiveAndStatic, table_html
 
-# dotted key -> (label, widget kind, options)
+# dotted key -> (label, widget kind, options: a tuple, or a function returning one when the
+# panel is built, so a registered estimator is listed)
 FIELDS = {
     "policy.optimizer.lr": ("learning rate", "float", None),
     "loss_fn.ratio_clip_min": ("clip ε low", "float", None),
@@ -24,7 +26,7 @@ FIELDS = {
     "loss_fn.reference_policy_kl_penalty": ("KL β", "float", None),
     "loss_fn.reference_policy_kl_type": ("KL estimator", "choice", ("k1", "k2", "k3")),
     "policy.generation.temperature": ("temperature", "float", None),
-    "grpo.adv_estimator.name": ("estimator", "choice", ("grpo", "reinforce_plus_plus", "gdpo")),
+    "grpo.adv_estimator.name": ("estimator", "choice", trainable_estimators),
     "grpo.normalize_rewards": ("÷ group std", "bool", None),
     "grpo.use_leave_one_out_baseline": ("leave-one-out", "bool", None),
 }
@@ -54,7 +56,8 @@ class ConfigPanel(LiveAndStatic):
             elif kind == "bool":
                 ctrl = w.Checkbox(value=value, description=label, style=style)
             else:
-                ctrl = w.Dropdown(options=list(options), value=value, description=label,
+                ctrl = w.Dropdown(options=list(options() if callable(options) else options),
+                                  value=value, description=label,
                                   style=style, layout=w.Layout(width="260px"))
             ctrl.tooltip = key
             self.controls[key] = ctrl

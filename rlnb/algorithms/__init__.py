@@ -5,20 +5,7 @@ module's docstring gives the formula, papers and implementation choices, and
 docs/algorithms.md explains every concept, with the NeMo-RL quirks rlnb keeps or fixes.
 """
 
-from rlnb.algorithms.advantages import (
-    ADVANTAGE_ESTIMATORS,
-    AdvEstimatorConfig,
-    GDPOAdvantageEstimator,
-    GRPOAdvantageEstimator,
-    OnPolicyDistillationAdvantageEstimator,
-    ReinforcePlusPlusAdvantageEstimator,
-    gdpo_advantages,
-    gdpo_reward_components,
-    grpo_advantages,
-    make_advantage_estimator,
-    on_policy_distillation_advantages,
-    reinforce_plus_plus_advantages,
-)
+from rlnb.algorithms.advantages import AdvEstimatorConfig, GRPOAdvantageEstimator, grpo_advantages
 from rlnb.algorithms.baselines import (
     calculate_baseline_and_std_per_prompt,
     comparison_sums,
@@ -30,6 +17,14 @@ from rlnb.algorithms.dynamic_sampling import (
     dynamic_sampling,
     select_nonzero_std,
 )
+from rlnb.algorithms.estimators import (
+    ADVANTAGE_ESTIMATORS,
+    estimator_names,
+    make_advantage_estimator,
+    make_estimator,
+    make_ppo_advantage_estimator,
+    register_estimator,
+)
 from rlnb.algorithms.filtering import (
     clip_advantages,
     overlong_filter,
@@ -37,17 +32,16 @@ from rlnb.algorithms.filtering import (
     seq_mult_prob_error,
 )
 from rlnb.algorithms.gae import (
-    PPO_ADVANTAGE_ESTIMATORS,
     GeneralizedAdvantageEstimator,
     PPOAdvEstimatorConfig,
     RawRewardAdvantageEstimator,
     gae_advantages,
     gae_recursion,
-    make_ppo_advantage_estimator,
     raw_reward_advantages,
     shift_values,
     token_level_rewards,
 )
+from rlnb.algorithms.gdpo import GDPOAdvantageEstimator, gdpo_advantages, gdpo_reward_components
 from rlnb.algorithms.importance_sampling import (
     train_inference_diagnostics,
     truncated_importance_weights,
@@ -63,6 +57,10 @@ from rlnb.algorithms.kl import (
 )
 from rlnb.algorithms.logprobs import next_token_logprobs, token_entropy, token_logprobs
 from rlnb.algorithms.masked import masked_mean, masked_var
+from rlnb.algorithms.opd import (
+    OnPolicyDistillationAdvantageEstimator,
+    on_policy_distillation_advantages,
+)
 from rlnb.algorithms.packing import SequencePackingLossWrapper, pack_sequences
 from rlnb.algorithms.policy_loss import ClippedPGLossFn, clipped_pg_loss
 from rlnb.algorithms.policy_loss_config import ClippedPGLossConfig, loss_config
@@ -77,6 +75,10 @@ from rlnb.algorithms.preference import (
     preference_loss,
 )
 from rlnb.algorithms.reduction import global_valid_counts, reduce_loss, sum_partial_metrics
+from rlnb.algorithms.reinforce_plus_plus import (
+    ReinforcePlusPlusAdvantageEstimator,
+    reinforce_plus_plus_advantages,
+)
 from rlnb.algorithms.replay_buffer import (
     AddStatus,
     AsyncGRPOConfig,
@@ -106,10 +108,11 @@ __all__ = [
     "ADVANTAGE_ESTIMATORS", "AdvEstimatorConfig", "GDPOAdvantageEstimator",
     "GRPOAdvantageEstimator", "OnPolicyDistillationAdvantageEstimator",
     "ReinforcePlusPlusAdvantageEstimator", "gdpo_advantages", "grpo_advantages", "kl_in_reward",
-    "make_advantage_estimator", "on_policy_distillation_advantages",
+    "make_advantage_estimator", "make_estimator", "estimator_names", "register_estimator",
+    "on_policy_distillation_advantages",
     "reinforce_plus_plus_advantages", "gdpo_reward_components",
     "calculate_baseline_and_std_per_prompt", "comparison_sums", "group_ids",
-    "PPO_ADVANTAGE_ESTIMATORS", "GeneralizedAdvantageEstimator", "PPOAdvEstimatorConfig",
+    "GeneralizedAdvantageEstimator", "PPOAdvEstimatorConfig",
     "RawRewardAdvantageEstimator", "gae_advantages", "gae_recursion",
     "make_ppo_advantage_estimator", "raw_reward_advantages", "shift_values", "token_level_rewards",
     "KL_ESTIMATORS", "calculate_kl", "k1", "k2", "k3", "kl_penalty_term",

@@ -6,37 +6,16 @@
 GRPO (https://arxiv.org/abs/2402.03300) normalises by the group std; RLOO
 (https://arxiv.org/abs/2402.14740) uses the leave-one-out mean. See docs/algorithms.md#baselines.
 
-Implementation choices:
-1) Groups are the distinct rows of ``prompt_ids`` (the whole padded row compared exactly), so
-   two data-set items with identical prompt tokens form one group, as in NeMo-RL. Rows are
-   grouped by an exact hash-and-verify (``group_ids``), not ``torch.unique(dim=0)``, which is
-   slow on CPU.
-2) The sums over a member's comparison set are what NeMo-RL computes: the product of a 0/1 mask
-   matrix M (1 - I with leave-one-out, all ones without) with the group's values, in float32,
-   one product term after another. Never "group total minus own reward": in float32 that leaves
-   a residue where NeMo-RL has none (a loo pair got a std of 1e-40, which n/(n-1) = 1/0 turned
-   into 3.4e38 and an advantage of 5.6e-40 instead of ±(r1 - r2)).
-3) Vectorised: the groups of each size k are stacked into ``[n_k, k]`` and the k terms of
-   M @ v are added one column at a time for all of them at once (``comparison_sums``), so the
-   Python loop runs over distinct group sizes and columns, never over groups.
-4) Summation order: member order (ascending row index), so the sums are the same bits on any
-   device (elementwise float32 adds, no BLAS). NeMo-RL leaves the order to the BLAS kernel
-   behind ``torch.matmul`` (MKL's differs by CPU, by row and by memory alignment), so with
-   three or more non-integer terms the last bit can differ from NeMo-RL's on some machines.
-   Sums of at most two terms, and of integers (0/1 rewards), are exact in any order: there
-   the std == 0 decisions agree with NeMo-RL everywhere.
-5) The std uses NeMo-RL's one-pass formula sqrt((E[r²] - E[r]²)·n/(n-1)) in float32, so equal
-   non-integer rewards can leave a tiny non-zero std: 3 × 1/3 without loo gives 1.06e-4 and
-   8 × 0.3 with loo 9.3e-5 (``torch.std`` would say 0). NeMo-RL quirk, kept: dynamic
-   sampling's exact ``std != 0`` filter depends on it.
-6) A group with at most one valid member gets baseline = its own reward and std 0 (so its GRPO
-   advantage is exactly 0). Where the divisor n = Σ valid - [loo] is ≤ 1 the std is 0: for a
-   loo pair that is NeMo-RL's NaN -> 0; with a partial valid mask NeMo-RL can also meet a
-   non-zero (sq - b²)·1/0 = +inf and report float32 max (3.4e38) for an invalid member.
-   Deliberate difference: rlnb returns 0 there (the GRPO loop never meets it: validity is all
-   ones).
-7) Invalid members still *receive* a baseline and std; they are only left out of the sums.
-8) NaN or ±inf rewards raise ``ValueError`` (NeMo-RL silently turns the group NaN).
+Implementation choices (the reasons and the cases behind them: docs/algorithms.md#baselines):
+1) Groups are the distinct rows of ``prompt_ids`` (whole padded rows, compared exactly, as
+   NeMo-RL does), found by hash-and-verify (``group_ids``), not the slow ``torch.unique(dim=0)``.
+2) Sums over a member's comparison set are NeMo-RL's product with a 0/1 matrix (1 - I with
+   leave-one-out), added term by term in member order (``comparison_sums``), never "group
+   total minus own reward": the same bits on any device, exact for 0/1 rewards.
+3) The std is NeMo-RL's one-pass sqrt((E[r²] - E[r]²)·n/(n-1)) in float32, residue included
+   (dynamic sampling's exact ``std != 0`` filter depends on it).
+4) A group with at most one valid member, or a divisor n - 1 <= 0, gets std 0; NaN or ±inf
+   rewards raise ``ValueError``.
 """
 
 from __future__ import annotations
@@ -96,7 +75,7 @@ def comparison_sums(
     """Σ_j M[i, j]·values[j] over each row's group, M = 1 - I (leave-one-out) or all ones.
 
     The terms are added in member order (ascending row index), like a matrix-vector product that
-    accumulates column by column; see the module docstring, choices 2-4.
+    accumulates column by column; see the module docstring, choice 2.
 
     Args:
         group: ``[B]`` dense group index per row (``group_ids``).
@@ -170,7 +149,7 @@ def calculate_baseline_and_std_per_prompt(
     mean_sq = sums[:, 1] / n
     std = ((mean_sq - mean_for_std.square()) * (n / (n - 1))).sqrt().nan_to_num(nan=0.0)
     zero = torch.zeros_like(std)
-    std = torch.where(n > 1, std, zero)  # n/(n-1) is NaN or inf there (choice 6)
+    std = torch.where(n > 1, std, zero)  # n/(n-1) is NaN or inf there (choice 4)
 
     small = group_valid <= 1  # at most one valid member: no comparison possible
     baseline = torch.where(small, r, baseline)

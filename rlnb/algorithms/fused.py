@@ -10,9 +10,10 @@ backward, so callers still just call ``loss.backward()``. See
 docs/algorithms.md#clipped-policy-gradient-loss.
 
 Implementation choices:
-1) Works for any ``core(logprobs, *others, **hyper) -> (loss, metric_values)`` whose only
-   differentiable input is ``logprobs`` (other tensors are data). Higher-order gradients are
-   not supported.
+1) Works for any ``core(logprobs, *others, **hyper) -> (loss, aux)`` whose only
+   differentiable input is ``logprobs`` (other tensors are data) and whose ``aux`` is any
+   nesting of dicts and tuples of tensors (the metrics). Higher-order gradients are not
+   supported.
 2) One compiled function per core (``dynamic=True``, so new batch shapes do not recompile);
    the first call per configuration compiles (seconds to tens of seconds on CPU).
 3) Same numbers as the eager core up to float rounding (tests/test_policy_loss.py).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -32,35 +34,36 @@ def _compiled(core: Callable) -> Callable:
         def loss_of(c):
             return core(c, *others, **hyper)
 
-        grad, (loss, values) = torch.func.grad_and_value(loss_of, has_aux=True)(logprobs)
-        return grad, loss, values
+        grad, (loss, aux) = torch.func.grad_and_value(loss_of, has_aux=True)(logprobs)
+        return grad, loss, aux
 
     return torch.compile(loss_and_grad, dynamic=True)
 
 
-class _FusedLossAndGrad(torch.autograd.Function):
+class _AttachGrad(torch.autograd.Function):
+    """``loss`` (computed without autograd) made a function of ``logprobs`` whose gradient is
+    the one the compiled pass stored."""
+
     @staticmethod
-    def forward(ctx, logprobs, core, others, hyper):
-        grad, loss, values = _compiled(core)(logprobs.detach(), others, hyper)
+    def forward(ctx, loss, logprobs, grad):
         ctx.save_for_backward(grad)
-        ctx.mark_non_differentiable(values)
-        return loss, values
+        return loss.clone()
 
     @staticmethod
-    def backward(ctx, grad_loss, grad_values):
+    def backward(ctx, grad_loss):
         (grad,) = ctx.saved_tensors
-        return grad_loss * grad, None, None, None
+        return None, grad_loss * grad, None
 
 
-def fused_loss_and_grad(
-    core: Callable, logprobs: torch.Tensor, others: tuple, hyper: dict
-) -> tuple[torch.Tensor, torch.Tensor]:
+def fused_loss_and_grad(core: Callable, logprobs: torch.Tensor, others: tuple, hyper: dict
+                        ) -> tuple[torch.Tensor, Any]:
     """``core(logprobs, *others, **hyper)`` computed with its gradient in one compiled pass.
 
     Args:
-        core: ``(logprobs [B, T], *others, **hyper) -> (loss 0-d, metric_values [K])``.
+        core: ``(logprobs [B, T], *others, **hyper) -> (loss 0-d, aux)``.
         logprobs: ``[B, T]``, the only input the gradient flows to.
     Returns:
-        ``(loss, metric_values)``; ``loss.backward()`` sends the stored gradient to logprobs.
+        ``(loss, aux)``; ``loss.backward()`` sends the stored gradient to logprobs.
     """
-    return _FusedLossAndGrad.apply(logprobs, core, others, hyper)
+    grad, loss, aux = _compiled(core)(logprobs.detach(), others, hyper)
+    return _AttachGrad.apply(loss, logprobs, grad), aux

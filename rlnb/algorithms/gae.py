@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from rlnb.algorithms.advantages import _KLRewardConfig
 from rlnb.algorithms.checks import (
@@ -48,7 +48,6 @@ from rlnb.algorithms.checks import (
     check_mask,
     check_same_rows,
     check_tensor,
-    choose,
 )
 from rlnb.algorithms.kl import kl_in_reward
 from rlnb.algorithms.masked import masked_mean, masked_var
@@ -192,7 +191,8 @@ def raw_reward_advantages(
 class PPOAdvEstimatorConfig(Config):
     """``ppo.adv_estimator``: GAE (with VAPO's decoupled/length-adaptive λ) or the raw reward."""
 
-    name: str = Field("gae", description="gae | raw_reward")
+    name: str = Field("gae", description="gae | raw_reward | a registered estimator "
+                      "(rlnb.algorithms.estimators)")
     gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE λ (PPO default 0.95).")
     gae_gamma: float = Field(1.0, ge=0, le=1, description="Discount γ; 1.0 for LM episodes.")
     normalize_advantages: bool = Field(True, description="Whiten advantages over valid tokens.")
@@ -204,15 +204,20 @@ class PPOAdvEstimatorConfig(Config):
         0.0, ge=0, description="VAPO λ_policy = 1 - 1/(α·L); VAPO recommends α = 0.05."
     )
 
-    @field_validator("name")
-    @classmethod
-    def _known(cls, name: str) -> str:
-        choose(PPO_ADVANTAGE_ESTIMATORS, name, "PPO advantage estimator")
-        return name
-
 
 class _PPOEstimator:
-    """The call contract shared by the PPO estimators (module docstring, choice 7)."""
+    """The call contract shared by the PPO estimators (module docstring, choice 7), and their
+    capabilities, which the registry (``estimators.py``) reads."""
+
+    loop = "ppo"  # the call contract: PPO's loop
+    needs_groups = False
+    needs_critic = True  # advantages from the critic's values
+    kl_in_reward = True  # use_kl_in_reward subtracts β·KL from the token rewards
+    trainable = True
+
+    @classmethod
+    def uses_groups(cls, config: PPOAdvEstimatorConfig) -> bool:
+        return False
 
     def __init__(self, estimator_config: Any = None, loss_config: Any = None):
         self.config = parse_config(PPOAdvEstimatorConfig, estimator_config, "ppo.adv_estimator")
@@ -293,20 +298,11 @@ class RawRewardAdvantageEstimator(_PPOEstimator):
     """A = r (optionally whitened); returns ``(advantages [B, S], None)``. Values and log-probs
     are accepted (NeMo-RL's loop passes them) and not used."""
 
+    needs_critic = False  # (PPO's loop still trains the critic on the returns)
+    kl_in_reward = False
+
     def _advantages(self, rewards, mask, values, logprobs, reference):
         a = raw_reward_advantages(
             rewards, mask, normalize_advantages=self.config.normalize_advantages
         )
         return a, None
-
-
-PPO_ADVANTAGE_ESTIMATORS = {
-    "gae": GeneralizedAdvantageEstimator,
-    "raw_reward": RawRewardAdvantageEstimator,
-}
-
-
-def make_ppo_advantage_estimator(estimator_config: Any = None, loss_config: Any = None):
-    """Build the PPO estimator named by ``estimator_config['name']``."""
-    cfg = parse_config(PPOAdvEstimatorConfig, estimator_config, "ppo.adv_estimator")
-    return PPO_ADVANTAGE_ESTIMATORS[cfg.name](cfg, loss_config)

@@ -61,3 +61,13 @@ def masked_var(
         # n = 1 -> 0 * inf = NaN, n = 0 -> 0 * (0 / -1) = 0: both as in NeMo-RL.
         var = var * (n / (n - 1))
     return var
+
+
+def masked_stats(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """``{prefix}/mean``, ``/max``, ``/min`` of ``x [B, S]`` over ``mask > 0`` (0 if empty), as
+    python numbers for a metrics dict."""
+    valid = x[mask > 0]
+    if not valid.numel():
+        return {f"{prefix}/mean": 0.0, f"{prefix}/max": 0.0, f"{prefix}/min": 0.0}
+    return {f"{prefix}/mean": float(valid.mean()), f"{prefix}/max": float(valid.max()),
+            f"{prefix}/min": float(valid.min())}

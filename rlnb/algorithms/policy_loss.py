@@ -136,16 +136,17 @@ def clipped_pg_loss(
     )
     fusable = logprobs_unfiltered is None or not logprobs_unfiltered.requires_grad
     if compile and fusable:
-        loss, values = fused_loss_and_grad(_clipped_pg_core, logprobs, others, {"cfg": cfg})
+        loss, (metric_values, checks) = fused_loss_and_grad(
+            _clipped_pg_core, logprobs, others, {"cfg": cfg})
     else:
-        loss, values = _clipped_pg_core(logprobs, *others, cfg=cfg)
-    keys = metric_keys(truncated=cfg.truncated_importance_sampling_ratio is not None)
-    values = values.tolist()  # the one device sync
-    _raise_on_bad_input(
-        dict(zip(CHECK_KEYS, values[len(keys):])),
-        token_mask=token_mask, sample_mask=sample_mask, advantages=advantages,
-    )
-    metrics: dict[str, float] = dict(zip(keys, values[: len(keys)]))
+        loss, (metric_values, checks) = _clipped_pg_core(logprobs, *others, cfg=cfg)
+    keys = [*metric_values, *checks]
+    values = torch.stack([v.float().reshape(()) for v in [*metric_values.values(),
+                                                          *checks.values()]]).tolist()  # 1 sync
+    numbers = dict(zip(keys, values))
+    _raise_on_bad_input({k: numbers[k] for k in checks}, token_mask=token_mask,
+                        sample_mask=sample_mask, advantages=advantages)
+    metrics: dict[str, float] = {k: numbers[k] for k in metric_values}
     if metrics["kl_penalty"] == 0:
         metrics["kl_penalty"] = 0  # an integer 0, as NeMo-RL reports "no KL"
     return loss, metrics
@@ -157,49 +158,52 @@ def _clipped_pg_core(
 ):
     """The math of ``clipped_pg_loss`` on shape-checked inputs; no host sync, so it compiles.
 
-    Returns ``(loss, values)``: the metrics in the order of ``metric_keys``, then the input
-    checks in the order of ``CHECK_KEYS``.
+    Returns ``(loss, (metrics, checks))``: two dicts of 0-d tensors, the metrics (keys as in
+    ``METRIC_KEYS``) and the values ``_raise_on_bad_input`` reads.
     """
-    c, q, A = upcast(logprobs), upcast(generation_logprobs), upcast(advantages)
-    # force_on_policy_ratio: p := sg(c), so the ratio is exactly 1 and prev_logprobs is ignored.
-    p = c.detach() if cfg.force_on_policy_ratio else upcast(prev_logprobs)
+    # log-probs of the sampled tokens under the current policy (the one with a gradient), the
+    # policy that sampled them (π_old) and the generation engine (π_gen)
+    logp, gen_logp, A = upcast(logprobs), upcast(generation_logprobs), upcast(advantages)
+    # force_on_policy_ratio: π_old := sg(π), so the ratio is exactly 1, prev_logprobs ignored.
+    old_logp = logp.detach() if cfg.force_on_policy_ratio else upcast(prev_logprobs)
     M = tm * sm.unsqueeze(-1)  # [B, T]
     beta = _beta(cfg)
     reduce = dict(token_level_loss=cfg.token_level_loss, global_valid_toks=n_tok,
                   global_valid_seqs=n_seq)
 
-    # --- trainer vs generation engine: diagnostics and the raw importance weights e^(p-q)
+    # --- trainer vs generation engine: diagnostics, raw importance weights π_old / π_gen
     diagnostics, raw_weights = train_inference_diagnostics(
-        p, q, M, kl_type=cfg.reference_policy_kl_type, global_valid_toks=n_tok
+        old_logp, gen_logp, M, kl_type=cfg.reference_policy_kl_type, global_valid_toks=n_tok
     )
 
     # --- KL penalty to the reference policy
     if beta != 0:
-        c_u = c if logprobs_unfiltered is None else upcast(logprobs_unfiltered)
+        logp_kl = logp if logprobs_unfiltered is None else upcast(logprobs_unfiltered)
         kl_tok = kl_penalty_term(
-            c_u, upcast(reference_logprobs), q, beta=beta, kl_type=cfg.reference_policy_kl_type,
+            logp_kl, upcast(reference_logprobs), gen_logp, beta=beta,
+            kl_type=cfg.reference_policy_kl_type,
             input_clamp_value=cfg.kl_input_clamp_value,
             output_clamp_value=cfg.kl_output_clamp_value,
             on_policy_kl_approximation=cfg.use_on_policy_kl_approximation,
         )
         kl = reduce_loss(kl_tok, tm, sm, **reduce)
     else:
-        kl = torch.zeros((), dtype=c.dtype, device=c.device)
+        kl = torch.zeros((), dtype=logp.dtype, device=logp.device)
 
     # --- probability ratio and the clipped surrogate
     ratio, ratio_clamped = probability_ratio(
-        c, p, tm, ratio_clip_min=cfg.ratio_clip_min, ratio_clip_max=cfg.ratio_clip_max,
+        logp, old_logp, tm, ratio_clip_min=cfg.ratio_clip_min, ratio_clip_max=cfg.ratio_clip_max,
         disable_ppo_ratio=cfg.disable_ppo_ratio,
         sequence_level=cfg.sequence_level_importance_ratios,
         force_on_policy=cfg.force_on_policy_ratio,
     )
-    per_token = clipped_surrogate(A, ratio, ratio_clamped, c, use_cispo=cfg.use_cispo,
+    per_token = clipped_surrogate(A, ratio, ratio_clamped, logp, use_cispo=cfg.use_cispo,
                                   ratio_clip_c=cfg.ratio_clip_c)
 
     # --- importance-sampling correction (trainer vs generation engine), detached
     with torch.no_grad():
         w, is_oob = truncated_importance_weights(
-            p, q, tm, M, sm, sequence_level=cfg.sequence_level_importance_ratios,
+            old_logp, gen_logp, tm, M, sm, sequence_level=cfg.sequence_level_importance_ratios,
             kind=cfg.truncated_importance_sampling_type,
             hi=cfg.truncated_importance_sampling_ratio,
             lo=cfg.truncated_importance_sampling_ratio_min,
@@ -210,26 +214,27 @@ def _clipped_pg_core(
     actor = reduce_loss(per_token, tm, sm, **reduce)
 
     # --- VAPO: NLL on positive examples, normalised locally (not by the global counts)
-    nll = torch.zeros((), dtype=c.dtype, device=c.device)
+    nll = torch.zeros((), dtype=logp.dtype, device=logp.device)
     if cfg.positive_example_nll_weight > 0 and rewards is not None:
-        nll = positive_example_nll(c, M, rewards)
+        nll = positive_example_nll(logp, M, rewards)
     loss = actor + kl + cfg.positive_example_nll_weight * nll
 
     with torch.no_grad():
         token_ratio = not (cfg.force_on_policy_ratio or cfg.disable_ppo_ratio
                            or cfg.sequence_level_importance_ratios)
         # π/π_gen = (π/π_prev)·(π_prev/π_gen): reuse the token ratio when there is one.
-        pi_over_gen = ratio.detach() * raw_weights if token_ratio else torch.exp(c.detach() - q)
+        pi_over_gen = (ratio.detach() * raw_weights if token_ratio
+                       else torch.exp(logp.detach() - gen_logp))
         metrics = _metrics(
             cfg, loss=loss, kl=kl, nll=nll, ratio=ratio.detach(),
             ratio_clamped=ratio_clamped.detach(), weights=w, is_oob=is_oob,
-            approx_entropy=masked_mean(-pi_over_gen * c.detach(), M, None, n_tok),
+            approx_entropy=masked_mean(-pi_over_gen * logp.detach(), M, None, n_tok),
             diagnostics=diagnostics, M=M, sm=sm, n_seq=n_seq, n_tok=n_tok,
         )
-        checks = _input_checks(c, p, q, A, reference_logprobs if beta != 0 else None, tm, sm,
-                               n_seq, n_tok, check_prev=not cfg.force_on_policy_ratio)
-        values = torch.stack([v.float().reshape(()) for v in [*metrics, *checks]])
-    return loss, values
+        checks = _input_checks(logp, old_logp, gen_logp, A,
+                               reference_logprobs if beta != 0 else None, tm, sm, n_seq, n_tok,
+                               check_prev=not cfg.force_on_policy_ratio)
+    return loss, (metrics, checks)
 
 
 def _masked_min_max(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -240,8 +245,8 @@ def _masked_min_max(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def _metrics(cfg, *, loss, kl, nll, ratio, ratio_clamped, weights, is_oob, approx_entropy,
-             diagnostics, M, sm, n_seq, n_tok) -> list[torch.Tensor]:
-    """The metric values in the order of ``metric_keys`` (0-d tensors, no sync)."""
+             diagnostics, M, sm, n_seq, n_tok) -> dict[str, torch.Tensor]:
+    """The metrics (``METRIC_KEYS``, in that order) as 0-d tensors (no sync)."""
     r_min, r_max = _masked_min_max(ratio, M)
     rc_min, rc_max = _masked_min_max(ratio_clamped, M)
     if cfg.sequence_level_importance_ratios:
@@ -250,44 +255,41 @@ def _metrics(cfg, *, loss, kl, nll, ratio, ratio_clamped, weights, is_oob, appro
         sir = masked_mean(weights, M, None, n_tok)
     beta = _beta(cfg)
     kl_metric = torch.where(kl != 0, kl / beta if beta != 0 else kl, torch.zeros_like(kl))
-    values = [
-        loss.detach(),
-        masked_mean(ratio, M, None, n_tok),  # probs_ratio
-        masked_mean(ratio_clamped, M, None, n_tok),  # probs_ratio_clamped
-        r_min, r_max, rc_min, rc_max,
-        kl_metric.detach(),  # kl_penalty: KL / β
-        *(diagnostics[k] for k in ("token_mult_prob_error", "gen_kl_error", "policy_kl_error",
-                                   "js_divergence_error")),
-        sir,  # sampling_importance_ratio
-        sm.sum(),  # num_valid_samples
-        approx_entropy,
-    ]
-    if is_oob is not None:
-        values.append(is_oob)
-    values.append(nll.detach())  # positive_nll_loss
+    metrics = {
+        "loss": loss.detach(),
+        "probs_ratio": masked_mean(ratio, M, None, n_tok),
+        "probs_ratio_clamped": masked_mean(ratio_clamped, M, None, n_tok),
+        "probs_ratio_min": r_min, "probs_ratio_max": r_max,
+        "probs_ratio_clamped_min": rc_min, "probs_ratio_clamped_max": rc_max,
+        "kl_penalty": kl_metric.detach(),  # KL / β
+        **{k: diagnostics[k] for k in ("token_mult_prob_error", "gen_kl_error",
+                                       "policy_kl_error", "js_divergence_error")},
+        "sampling_importance_ratio": sir,
+        "num_valid_samples": sm.sum(),
+        "approx_entropy": approx_entropy,
+    }
+    if is_oob is not None:  # only with truncated importance sampling
+        metrics["is_oob_ratio"] = is_oob
+    metrics["positive_nll_loss"] = nll.detach()
     # rlnb extra (not a NeMo-RL key): share of valid tokens whose ratio the clip moved
-    values.append(masked_mean((ratio != ratio_clamped).to(M.dtype), M, None, n_tok))
-    return values
+    metrics["clip_fraction"] = masked_mean((ratio != ratio_clamped).to(M.dtype), M, None, n_tok)
+    return metrics
 
 
-def _input_checks(c, p, q, A, ref, tm, sm, n_seq, n_tok, *, check_prev) -> list[torch.Tensor]:
-    """The values ``_raise_on_bad_input`` reads, in the order of ``CHECK_KEYS`` (no sync)."""
-    absent = torch.full((), -math.inf, device=c.device)
-    return [
-        (tm * (1 - tm) != 0).sum() + (sm * (1 - sm) != 0).sum(),  # mask entries not 0/1
-        (~torch.isfinite(A)).sum(),  # NaN/inf advantages poison the loss even where masked
-        c.detach().amax(),  # amax propagates NaN, so one number catches NaN and > 0
-        p.amax() if check_prev else absent,
-        q.amax(),
-        upcast(ref).amax() if ref is not None else absent,
-        torch.as_tensor(n_seq, device=c.device),
-        torch.as_tensor(n_tok, device=c.device),
-    ]
-
-
-CHECK_KEYS = ("bad_mask_entries", "bad_advantages", "logprobs", "prev_logprobs",
-              "generation_logprobs", "reference_logprobs", "global_valid_seqs",
-              "global_valid_toks")
+def _input_checks(logp, old_logp, gen_logp, A, ref, tm, sm, n_seq, n_tok, *, check_prev
+                  ) -> dict[str, torch.Tensor]:
+    """What ``_raise_on_bad_input`` reads, as 0-d tensors (no sync)."""
+    absent = torch.full((), -math.inf, device=logp.device)
+    return {
+        "bad_mask_entries": (tm * (1 - tm) != 0).sum() + (sm * (1 - sm) != 0).sum(),
+        "bad_advantages": (~torch.isfinite(A)).sum(),  # NaN/inf poison the loss even if masked
+        "logprobs": logp.detach().amax(),  # amax propagates NaN: one number catches NaN and > 0
+        "prev_logprobs": old_logp.amax() if check_prev else absent,
+        "generation_logprobs": gen_logp.amax(),
+        "reference_logprobs": upcast(ref).amax() if ref is not None else absent,
+        "global_valid_seqs": torch.as_tensor(n_seq, device=logp.device),
+        "global_valid_toks": torch.as_tensor(n_tok, device=logp.device),
+    }
 
 
 def _raise_on_bad_input(checks: dict[str, float], *, token_mask, sample_mask, advantages):
@@ -314,12 +316,8 @@ def _check_count(name: str, n: float) -> None:
                          "or token has nothing to train on: skip the update)")
 
 
-def metric_keys(truncated: bool) -> tuple[str, ...]:
-    """The metric names ``clipped_pg_loss`` returns, in order (``is_oob_ratio`` only with
-    truncated importance sampling)."""
-    return METRIC_KEYS if truncated else tuple(k for k in METRIC_KEYS if k != "is_oob_ratio")
-
-
+# the metrics clipped_pg_loss returns, in order (is_oob_ratio only with truncated importance
+# sampling); docs/metrics.md documents each
 METRIC_KEYS = (
     "loss", "probs_ratio", "probs_ratio_clamped", "probs_ratio_min", "probs_ratio_max",
     "probs_ratio_clamped_min", "probs_ratio_clamped_max", "kl_penalty", "token_mult_prob_error",

@@ -1,7 +1,8 @@
 """The plain objects of one step: RolloutBatch -> AdvantageBatch -> UpdateResult -> StepMetrics.
 
 Each prints a readable summary, turns into a pandas frame (one row per response) and holds only
-tensors, lists and dicts, so a notebook can inspect, plot, save, edit and feed it back in.
+tensors, lists and dicts, so a notebook can inspect, plot, save, edit and feed it back in
+(``batch_join.py`` joins batches and turns them into plain data).
 Tensors use the stored layout (``[B, S]``, index t = token t; see ``rlnb/__init__.py``).
 """
 
@@ -149,7 +150,7 @@ class AdvantageBatch:
         return (self.advantages * m).sum(1) / m.sum(1).clamp(min=1)
 
     def train_data(self) -> dict[str, torch.Tensor]:
-        """The tensors ``Policy.train`` and the loss read (seed key names)."""
+        """The tensors ``Policy.train`` and the loss read (NeMo-RL's key names)."""
         r = self.rollout
         data = {
             "input_ids": r.input_ids,

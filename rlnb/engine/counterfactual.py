@@ -17,21 +17,27 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from rlnb.algorithms.estimators import estimator_names
 from rlnb.engine.batches import AdvantageBatch, RolloutBatch
 
-ESTIMATORS = ("grpo", "reinforce_plus_plus", "gdpo")
+
+def trainable_estimators(loop: str = "grpo") -> tuple[str, ...]:
+    """The estimators a loop can train with, from the registry (``rlnb.algorithms.estimators``):
+    what a comparison replays by default."""
+    return tuple(estimator_names(loop, trainable=True))
 
 
 def compare_estimators(
-    trainer, batch: RolloutBatch, estimators: Iterable[str | dict[str, Any]] = ESTIMATORS
+    trainer, batch: RolloutBatch, estimators: Iterable[str | dict[str, Any]] | None = None
 ) -> dict[str, AdvantageBatch | Exception]:
-    """``name -> AdvantageBatch`` (or the error it raised) for each estimator on ``batch``.
+    """``name -> AdvantageBatch`` (or the error it raised) for each estimator on ``batch``
+    (default: every estimator GRPO's loop can train with).
 
     An estimator is a name or an ``adv_estimator`` override dict (``{"name": "grpo",
     "normalize_rewards": False}``; its label is the dict's items joined).
     """
     out: dict[str, AdvantageBatch | Exception] = {}
-    for est in estimators:
+    for est in trainable_estimators() if estimators is None else estimators:
         spec = {"name": est} if isinstance(est, str) else dict(est)
         label = est if isinstance(est, str) else ", ".join(f"{k}={v}" for k, v in est.items())
         try:

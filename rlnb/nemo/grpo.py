@@ -13,7 +13,7 @@
 | ``grpo_train(...)``          | ``TrainingRun.train``: ``trainer.step()`` = rollout ->         |
 |                              | compute_advantages -> update, validation, logging, checkpoints |
 | ``validate(...)``            | ``trainer.validate()``                                         |
-| ``refit_policy_generation``  | ``generator.refresh_weights(policy.model)``                    |
+| ``refit_policy_generation``  | ``generator.refit(policy.model)``                              |
 | ``async_grpo_train(...)``    | the same with ``AsyncGRPOTrainer`` (``grpo.async_grpo``):      |
 |                              | a collector thread generates ahead, a replay buffer, ages      |
 | ``AsyncGRPOConfig``          | the ``grpo.async_grpo`` section                                 |
@@ -90,7 +90,7 @@ def refit_policy_generation(policy, policy_generation) -> None:
     """NeMo-RL's ``refit_policy_generation``: push the policy's current weights into the
     generation backend (a no-op count for the HF backend, which samples with the policy's own
     module)."""
-    policy_generation.refresh_weights(policy.model)
+    policy_generation.refit(policy.model)
 
 
 def async_grpo_train(parts: GRPOSetup, max_trajectory_age_steps: int | None = None,

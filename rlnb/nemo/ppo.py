@@ -17,7 +17,7 @@
 | ``validate(...)``                | ``trainer.validate()``                                     |
 | ``dynamic_sampling(...)``        | ``rlnb.algorithms.dynamic_sampling.dynamic_sampling`` (the |
 |                                  | rollout stage runs it when ``ppo.use_dynamic_sampling``)   |
-| ``_create_advantage_estimator``  | ``rlnb.algorithms.gae.make_ppo_advantage_estimator``       |
+| ``_create_advantage_estimator``  | ``rlnb.algorithms.estimators.make_ppo_advantage_estimator``|
 
 rlnb keeps NeMo-RL's meaning, not its signatures: ``setup`` returns the parts bundled
 (``PPOSetup``) and the other functions take it.
@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from rlnb.algorithms.dynamic_sampling import dynamic_sampling
-from rlnb.algorithms.gae import make_ppo_advantage_estimator
-from rlnb.engine.trainers.ppo import GROUP_ESTIMATORS, PPOConfig
+from rlnb.algorithms.estimators import estimator_names, make_ppo_advantage_estimator
+from rlnb.engine.trainers.ppo import PPOConfig
 from rlnb.engine.trainers.ppo import PPOEstimatorConfig as AdvEstimatorConfig
 from rlnb.nemo.grpo import GRPOSaveState
 from rlnb.run.master_config import MasterConfig, load_config
@@ -97,7 +97,8 @@ def _create_advantage_estimator(master_config: MasterConfig | Mapping):
         loss = master_config.get("loss_fn")
     else:
         est, loss = master_config.ppo.adv_estimator.model_dump(), master_config.loss_fn
-    if est.get("name") in GROUP_ESTIMATORS:
+    if est.get("name") in estimator_names("grpo"):
         raise ValueError(f"Invalid adv_estimator name for PPO: {est['name']!r} is a group "
-                         "estimator (GRPO's loop); PPO supports 'gae' or 'raw_reward'")
+                         "estimator (GRPO's loop); PPO supports "
+                         f"{', '.join(map(repr, estimator_names('ppo')))}")
     return make_ppo_advantage_estimator(est, loss)

@@ -11,26 +11,17 @@
 Implementation choices:
 1) The step directory is built under a hidden name and renamed into place (``atomic_dir``), so a
    ``step_*`` directory is always complete and ``latest_checkpoint`` never returns a half save.
-2) Weights are loaded back in place with ``safetensors`` rather than ``from_pretrained``: the
-   model object, and therefore the optimizer's references to its parameters, stay the same.
-   Every name and shape is checked before the first tensor is copied, so a mismatch changes
-   nothing. Tied weights (``lm_head`` sharing the embedding) are saved once by
-   ``save_pretrained``; a name is satisfied when any tensor sharing its storage was saved.
-3) ``trainer_state.json`` keeps NeMo-RL's GRPOSaveState keys (``consumed_samples``,
-   ``current_step``, ``current_epoch``, ``total_steps``, ``total_valid_tokens``, ``val_reward``)
-   plus ``data_position``, the caller's opaque JSON description of where its data loader is.
-   Other keys a trainer adds are kept.
-4) The RNG states are restored too: without them a resumed run samples different completions
-   from step k+1 on and the reproducibility check ``rlnb verify`` makes cannot pass. Every rank
-   draws from its own streams (seeded by rank), so each rank's state is saved (gathered to rank
-   0, which writes them) and each rank restores its own. ``rng_state.pt`` keeps the one-process
-   layout, so checkpoints written before per-rank states, or by one process, still load; a rank
-   with no file of its own restores rank 0's, with a warning (its samples then differ from the
-   uninterrupted run's).
-5) ``.pt`` files are loaded with ``weights_only=True`` (no pickle code execution); the numpy RNG
-   state is therefore stored as plain ints rather than an array.
-6) ``keep_top_k`` keeps the last k checkpoints by step (NeMo-RL ranks by a validation metric;
-   rlnb keeps the most recent, which is what resuming needs). The one just saved is never pruned.
+2) Weights are loaded back in place with ``safetensors`` (not ``from_pretrained``), so the
+   optimizer's references stay valid; every name and shape is checked before the first copy,
+   and a tied weight is satisfied by any saved tensor sharing its storage.
+3) ``trainer_state.json`` keeps NeMo-RL's GRPOSaveState keys plus ``data_position`` (where the
+   data stream is) and any other key a trainer adds.
+4) Every rank's RNG states are saved and restored, so ``rlnb verify`` and ``--resume`` repeat the
+   run's samples; a rank with no file of its own (an older one-process checkpoint) restores
+   rank 0's, with a warning.
+5) ``.pt`` files load with ``weights_only=True`` (no pickle code execution).
+6) ``keep_top_k`` keeps the k most recent checkpoints (what resuming needs; NeMo-RL ranks by a
+   validation metric); the one just saved is never pruned.
 """
 
 from __future__ import annotations

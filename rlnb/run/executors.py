@@ -1,44 +1,21 @@
 """Where the points of a sweep run: in a pool of local processes, one at a time or
 ``rlnb sweep --jobs N`` at once, or as tasks on a Ray cluster (``rlnb sweep --ray``).
 
-    executor = make_executor(jobs=2)                  # or make_executor(ray="auto", ...)
+    executor = pools.make_executor(jobs=2)            # or make_executor(ray="auto", ...)
     executor.run(points, on_start, on_end)            # calls back as each point starts and ends
 
 ``rlnb.run.sweep`` decides which points run, keeps ``sweep.json`` and prints the progress; this
 module only runs them, gives each its devices, and never lets one outlive the sweep.
 
-Implementation choices:
-1) A point is one ``python -m rlnb.run.executors point`` process (one papermill and its
-   kernel), even one at a time: papermill in the sweep's own process would catch Ctrl-C itself
-   (nbclient turns SIGINT into a kernel shutdown, a failed point, and the sweep would go on).
-   It runs in a session of its own so that a Ctrl-C in the terminal reaches the sweep alone,
-   which then stops every running point in order: SIGTERM (nbclient shuts its
-   kernel down), then after ``STOP_GRACE`` seconds SIGKILL to what is left of the process tree.
-   A point whose parent dies (the sweep killed with -9, a Ray worker lost) stops itself.
-   Its output goes to ``<root>/logs/<run name>.log``.
-2) CPU threads: each point gets ``OMP_NUM_THREADS`` (and MKL's, OpenBLAS's) set to
-   ``cpus_per_run``, by default ``cores // jobs`` (or a smaller ``OMP_NUM_THREADS`` already set),
-   so N points do not oversubscribe the cores (torch reads it at import for its intra-op pool).
-   One job at a time with no ``cpus_per_run`` leaves the environment as it is.
-3) GPUs: slot ``i`` of the pool owns GPUs ``[i*K, (i+1)*K)`` of the visible ones
-   (``CUDA_VISIBLE_DEVICES`` if set, else every GPU torch sees) and each point started in that
-   slot sees only them. With GPUs and ``--jobs N > 1``, ``K`` defaults to 1.
-4) Ray (``rlnb.run.ray_pool``): each point is a task asking for ``num_cpus=cpus_per_run``
-   (default 1) and ``num_gpus=gpus_per_run`` (Ray then sets ``CUDA_VISIBLE_DEVICES``), with no
-   retries; the task
-   runs the same point process as the pool, writing straight into the sweep root, which must be
-   a path every node sees (a shared filesystem), as must the notebook and this Python
-   environment. ``ray=None`` joins a running cluster (``RAY_ADDRESS``, or one started on this
-   machine with ``ray start``) or starts a local one; ``"local"`` always starts a local one;
-   ``"auto"`` needs a running one; ``"HOST:PORT"`` or ``"ray://HOST:PORT"`` names one. An
-   address is checked with a TCP connection first, and so is the record ``ray start`` leaves in
-   Ray's temp dir (ray.init() would wait for ever on a stopped cluster's stale record; with no
-   address a local cluster is started instead). All points are submitted at once (``jobs``
-   caps how many are in flight), so "running" in the progress counts tasks that may still wait
-   for a free CPU. Ctrl-C cancels every task in flight (the task stops its point process as in
-   1) and ends a local cluster the sweep started.
-5) Every check runs before anything is written (``check()``), and names the flag: ``--jobs``,
-   ``--cpus-per-run``, ``--gpus-per-run``, ``--ray``.
+Implementation choices (the details, Ray's addresses included: docs/sweeps.md):
+1) A point is one ``python -m rlnb.run.executors point`` process in a session of its own, so a
+   Ctrl-C reaches the sweep alone, which stops every point in order (SIGTERM, then after
+   ``STOP_GRACE`` seconds SIGKILL); a point whose parent dies stops itself.
+2) Each point gets ``OMP_NUM_THREADS`` (and MKL's, OpenBLAS's) = ``cpus_per_run``, by default
+   ``cores // jobs``, and slot i of the pool owns GPUs ``[i*K, (i+1)*K)``: no oversubscription.
+3) On Ray (``ray_pool.py``) a point is a task running the same process, writing into a sweep
+   root every node sees.
+4) Every check runs before anything is written (``check()``) and names its flag.
 """
 
 from __future__ import annotations
@@ -174,7 +151,7 @@ def stop_processes(procs: Sequence[subprocess.Popen], grace: float = STOP_GRACE)
 
 # ---------------------------------------------------------------------------------- executors
 class LocalPool:
-    """Up to ``jobs`` point processes at once, each with its threads and its GPUs (see 2, 3)."""
+    """Up to ``jobs`` point processes at once, each with its threads and its GPUs (see 2)."""
 
     def __init__(self, jobs: int, threads: int | None, gpu_slots: list[list[str]]):
         self.jobs, self.threads, self.gpu_slots = jobs, threads, gpu_slots
@@ -233,7 +210,7 @@ def visible_gpus() -> list[str]:
 
 
 def gpu_slots(gpus: Sequence[str], jobs: int, gpus_per_run: int) -> list[list[str]]:
-    """Slot ``i`` owns ``gpus[i*K:(i+1)*K]`` (see 3); a ValueError naming the flag when the
+    """Slot ``i`` owns ``gpus[i*K:(i+1)*K]`` (see 2); a ValueError naming the flag when the
     machine has too few."""
     if gpus_per_run == 0:
         return [[] for _ in range(jobs)]
@@ -247,32 +224,6 @@ def gpu_slots(gpus: Sequence[str], jobs: int, gpus_per_run: int) -> list[list[st
     return [list(gpus[i * gpus_per_run:(i + 1) * gpus_per_run]) for i in range(jobs)]
 
 
-def make_executor(*, jobs: int | None = None, cpus_per_run: int | None = None,
-                  gpus_per_run: int | None = None, ray: str | bool | None = False):
-    """The executor the flags ask for, checked (ValueError naming the flag) but not started:
-    ``ray=False`` runs here (``jobs`` at a time), ``ray=None``/``"ADDRESS"`` on Ray."""
-    for flag, value in (("--jobs", jobs), ("--cpus-per-run", cpus_per_run),
-                        ("--gpus-per-run", gpus_per_run)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError(f"{flag} must be a whole number, got {value!r}")
-    if jobs is not None and jobs < 1:
-        raise ValueError(f"--jobs must be at least 1, got {jobs}")
-    if cpus_per_run is not None and cpus_per_run < 1:
-        raise ValueError(f"--cpus-per-run must be at least 1, got {cpus_per_run}")
-    if gpus_per_run is not None and gpus_per_run < 0:
-        raise ValueError(f"--gpus-per-run must be 0 or more, got {gpus_per_run}")
-    if ray is not False:
-        from rlnb.run.ray_pool import ray_pool
-
-        return ray_pool(ray, jobs, cpus_per_run, gpus_per_run)
-    jobs = jobs or 1
-    gpus = visible_gpus() if jobs > 1 or gpus_per_run else []
-    if gpus_per_run is None:
-        gpus_per_run = 1 if gpus and jobs > 1 else 0
-    slots = gpu_slots(gpus, jobs, gpus_per_run)
-    return LocalPool(jobs, cpus_per_run or default_threads(jobs), slots)
-
-
 def default_threads(jobs: int) -> int | None:
     """``cores // jobs``, or the ``OMP_NUM_THREADS`` already set if smaller; None (leave the
     environment alone) for one job at a time."""
@@ -284,7 +235,7 @@ def default_threads(jobs: int) -> int | None:
 
 
 def _one_line(err: BaseException) -> str:
-    from rlnb.run.notebooks import _one_line as one_line
+    from rlnb.run.parameters import one_line
 
     return one_line(f"{type(err).__name__}: {err}", limit=300)
 

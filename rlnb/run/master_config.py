@@ -23,16 +23,21 @@ Implementation choices:
    section is refused at load time (it would be silently ignored), and the written config leaves
    out the absent sections and the default ``algorithm: grpo``, so a GRPO run's config.yaml is
    what it was before PPO existed.
+6) ``imports`` names modules imported before the rest is checked, so a plug-in registered from
+   a module (an estimator, a task, a generation backend: each one file and one registry entry)
+   is as valid in a config file or a ``rlnb train`` override as a built-in one.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Mapping, Sequence
 from difflib import get_close_matches
 from pathlib import Path
 
 import yaml
-from pydantic import Field, ValidationInfo, field_validator, model_serializer
+from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from rlnb.algorithms.checks import choose
 from rlnb.algorithms.policy_loss import ClippedPGLossConfig
@@ -42,10 +47,10 @@ from rlnb.engine.environments.multiturn import EnvConfig
 from rlnb.engine.environments.tasks import TaskConfig
 from rlnb.engine.models.policy import PolicyConfig
 from rlnb.engine.models.value import ValueConfig
-from rlnb.engine.trainers.grpo import OVERRIDE_ALIASES, GRPOConfig
-from rlnb.engine.trainers.loops import LOOP_SECTIONS, TRAINERS
+from rlnb.engine.trainers.grpo import GRPOConfig
+from rlnb.engine.trainers.loop_config import OVERRIDE_ALIASES, check_loop_rules
+from rlnb.engine.trainers.loops import LOOPS, loop_sections
 from rlnb.engine.trainers.ppo import PPOConfig
-from rlnb.engine.trainers.rollout import resolve_logprob_reuse
 from rlnb.engine.trainers.warm_start import SFTConfig
 from rlnb.run.checkpoint import CheckpointingConfig
 from rlnb.run.loggers import LoggerConfig
@@ -68,6 +73,11 @@ def _loop_section(**kwargs):
 class MasterConfig(Config):
     """A whole run (NeMo-RL's ``MasterConfig``; here it drives rlnb's trainers)."""
 
+    imports: list[str] = Field(
+        default_factory=list,
+        description="Python modules imported before the rest of the config is checked: a "
+        "plug-in's registrations (register_estimator, register_task, "
+        "register_generation_backend), so their names are valid here (choice 6).")
     algorithm: str = Field("grpo", description="The training loop: 'grpo' or 'ppo'.")
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     loss_fn: ClippedPGLossConfig = Field(default_factory=ClippedPGLossConfig)
@@ -86,14 +96,15 @@ class MasterConfig(Config):
     @field_validator("algorithm")
     @classmethod
     def _known_loop(cls, name: str) -> str:
-        choose(TRAINERS, name, "training loop (algorithm)")
+        choose(LOOPS, name, "training loop (algorithm)")
         return name
 
-    @field_validator(*(s for sections in LOOP_SECTIONS.values() for s in sections), mode="before")
+    @field_validator(*(s for sections in loop_sections().values() for s in sections),
+                     mode="before")
     @classmethod
     def _only_the_loops_own_sections(cls, data, info: ValidationInfo):
         algorithm = info.data.get("algorithm")
-        owner = next(a for a, sections in LOOP_SECTIONS.items() if info.field_name in sections)
+        owner = next(a for a, sections in loop_sections().items() if info.field_name in sections)
         if algorithm == owner:
             return {} if data is None else data
         if data and algorithm is not None:  # (an empty section is as good as none)
@@ -101,52 +112,12 @@ class MasterConfig(Config):
                              f"(it would be ignored): remove it, or set algorithm: {owner}")
         return None
 
-    @field_validator("ppo")
-    @classmethod
-    def _ppo_fits_the_loss(cls, ppo: PPOConfig | None, info: ValidationInfo):
-        loss = info.data.get("loss_fn")
-        if ppo is None or loss is None:
-            return ppo
-        beta = loss.reference_policy_kl_penalty
-        if ppo.skip_reference_policy_logprobs_calculation and beta > 0:
-            raise ValueError(
-                "ppo.skip_reference_policy_logprobs_calculation=true (NeMo-RL's PPO default) "
-                f"needs loss_fn.reference_policy_kl_penalty=0, got {beta}: set one of them")
-        if loss.use_kl_in_reward and beta > 0 and ppo.adv_estimator.name == "raw_reward":
-            raise ValueError("loss_fn.use_kl_in_reward with ppo.adv_estimator.name='raw_reward':"
-                             " the raw reward ignores the KL (use gae, or turn it off)")
-        return ppo
-
-    @field_validator("grpo")
-    @classmethod
-    def _async_has_importance_sampling(cls, grpo: GRPOConfig | None, info: ValidationInfo):
-        loss = info.data.get("loss_fn")
-        if grpo is None or not grpo.async_grpo.enabled:
-            return grpo
-        if loss is not None and not loss.use_importance_sampling_correction:
-            raise ValueError(
-                "grpo.async_grpo.enabled=true needs loss_fn.use_importance_sampling_correction="
-                "true: trajectories come from older weights and the loss must reweight them "
-                "(NeMo-RL requires it too)")
-        left_out = {  # NeMo-RL's async loop does none of these (async_grpo.py, choice 3)
-            "use_dynamic_sampling": grpo.use_dynamic_sampling,
-            "reward_scaling.enabled": grpo.reward_scaling.enabled,
-            "reward_shaping.enabled": grpo.reward_shaping.enabled,
-        }
-        for key, on in left_out.items():
-            if on:
-                raise ValueError(f"grpo.{key}=true with grpo.async_grpo.enabled=true: the async "
-                                 "loop does not support it (set it to false)")
-        return grpo
-
-    @field_validator("grpo", "ppo")
-    @classmethod
-    def _logprob_source(cls, loop, info: ValidationInfo):
-        # decided here, before a trainer builds an engine, and written into the resolved config
-        policy = info.data.get("policy")
-        if loop is not None and policy is not None:
-            resolve_logprob_reuse(loop, policy, info.field_name)
-        return loop
+    @model_validator(mode="after")
+    def _sections_agree(self) -> MasterConfig:
+        # the loop's rules with the other sections (trainers/loop_config.py); also decides
+        # reuse_generation_logprobs, before a trainer builds an engine, into the resolved config
+        check_loop_rules(self)
+        return self
 
     @field_validator("value")
     @classmethod
@@ -161,12 +132,14 @@ class MasterConfig(Config):
     @model_serializer(mode="wrap")
     def _leave_out_other_loops(self, handler):
         data = handler(self)  # choice 5: absent sections and the default algorithm stay out
-        for sections in LOOP_SECTIONS.values():
+        for sections in loop_sections().values():
             for section in sections:
                 if data.get(section, 0) is None:
                     del data[section]
         if data.get("algorithm") == "grpo":
             del data["algorithm"]
+        if not data.get("imports"):
+            data.pop("imports", None)
         return data
 
 
@@ -220,12 +193,32 @@ def load_config(
             del over["grpo"]
         data = _merge(data, over)
     data = apply_overrides(data, overrides, OVERRIDE_ALIASES)
+    import_plugins(data.get("imports"),
+                   Path(source).parent if isinstance(source, (str, Path)) else None)
     unknown = [k for k in data if k not in MasterConfig.model_fields]
     if unknown:
         close = get_close_matches(unknown[0], list(MasterConfig.model_fields), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ValueError(f"invalid config:\n  {unknown[0]}: unknown section{hint}")
     return parse_config(MasterConfig, data, "")
+
+
+def import_plugins(modules, folder: Path | None = None) -> None:
+    """Import each module of a config's ``imports`` (choice 6), from the working directory or
+    the config file's folder too; one that does not import is a ValueError naming it."""
+    if modules is None:
+        return
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        raise ValueError(f"invalid config:\n  imports: a list of module names, got {modules!r}")
+    for where in (Path.cwd(), folder):
+        if where is not None and str(where) not in sys.path:
+            sys.path.append(str(where))
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as err:  # the plug-in's own error, named with its module
+            raise ValueError(f"invalid config:\n  imports: cannot import {name!r} "
+                             f"({type(err).__name__}: {err})") from None
 
 
 def _algorithm(data: dict, overrides: Sequence[str]) -> str:

@@ -1,7 +1,7 @@
 """Sweep points as Ray tasks (``rlnb sweep --ray``): the executor, the task, and the checks of
-the address; see ``rlnb.run.executors`` (choices 4 and 5) for what they do and why.
+the address; docs/sweeps.md#ray says what they do and why.
 
-Only ``make_executor(ray=...)`` imports this module, and ``ray`` itself is imported inside the
+Only ``pools.make_executor(ray=...)`` starts a Ray pool, and ``ray`` itself is imported inside the
 functions, so rlnb works without the ``ray`` extra.
 """
 
@@ -31,7 +31,7 @@ from rlnb.run.executors import (
 
 
 class RayPool:
-    """Each point a Ray task with its CPUs and GPUs requested (see 4)."""
+    """Each point a Ray task with its CPUs and GPUs requested (docs/sweeps.md#ray)."""
 
     def __init__(self, address: str | None, cpus_per_run: int, gpus_per_run: int,
                  max_in_flight: int | None):
@@ -99,7 +99,7 @@ class RayPool:
                                           time.perf_counter() - t0)
                     on_end(point, outcome)
         finally:
-            for ref in pending:  # KeyboardInterrupt in the task: it stops its point (see 1)
+            for ref in pending:  # KeyboardInterrupt in the task: it stops its point process
                 ray.cancel(ref)
             if pending:
                 ray.wait(list(pending), num_returns=len(pending), timeout=STOP_GRACE + 5)
@@ -113,7 +113,7 @@ class RayPool:
 
 
 def ray_point(point: dict, threads: int) -> dict:
-    """A Ray task: run the point as its own process (see 1) and return its Outcome as a dict."""
+    """A Ray task: run the point as its own process and return its Outcome as a dict."""
     p = Point(**point)
     env = {**os.environ, **{var: str(threads) for var in THREAD_VARS}}
     t0 = time.perf_counter()

@@ -47,159 +47,28 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
-from rlnb.run.atomic import atomic_replace, fsync_dir
+from rlnb.run.atomic import fsync_dir
+from rlnb.run.rollout_files import (
+    OpenChunk,
+    batch_steps,
+    columns_of,
+    fit_schema,
+    per_step,
+    read_stream,
+    spans,
+    step_batch,
+    write_parquet,
+    write_stream,
+)
 
 CHUNK_STEPS = 50
 _SEALED = re.compile(r"steps_(\d+)\.parquet")
 _OPEN = re.compile(r"_steps_(\d+)\.arrows")
 _PER_STEP = re.compile(r"step_(\d+)\.parquet")  # the layout before chunking
-
-
-def _column(name: str, values: Any) -> list[Any]:
-    """One rollout column as a Python list: scalars per row, or one list per row for ``[B, T]``."""
-    if isinstance(values, torch.Tensor):
-        values = values.detach().cpu()
-        if values.dtype in (torch.bfloat16, torch.float16):  # numpy has no bfloat16
-            values = values.float()
-        values = values.numpy()
-    if isinstance(values, np.ndarray):
-        if values.ndim > 2:
-            raise ValueError(f"rollout column '{name}' has shape {values.shape}; "
-                             "expected [B] or [B, T]")
-        return values.tolist()
-    if isinstance(values, (list, tuple)):  # ragged per-row lists stay as they are
-        return [_column(f"{name}[{i}]", v) if isinstance(v, (torch.Tensor, np.ndarray)) else v
-                for i, v in enumerate(values)]
-    raise TypeError(f"rollout column '{name}' must be a list, numpy array or tensor, "
-                    f"got {type(values).__name__}")
-
-
-def step_batch(step: int, table: Mapping[str, Any]):
-    """``table`` (``{"reward": [B], "token_ids": [B, T] or B lists}``) as one Arrow record batch,
-    with a ``step`` column first."""
-    import pyarrow as pa
-
-    if not table:
-        raise ValueError(f"rollouts of step {step}: the table has no columns")
-    if "step" in table:
-        raise ValueError(f"rollouts of step {step}: the table must not contain a 'step' column "
-                         "(it is added from `step`)")
-    columns = {name: _column(name, values) for name, values in table.items()}
-    lengths = {name: len(col) for name, col in columns.items()}
-    if len(set(lengths.values())) != 1:
-        raise ValueError(f"rollouts of step {step}: columns have different numbers of rows: "
-                         f"{lengths}")
-    try:
-        arrays = [pa.array(col) for col in columns.values()]
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        raise ValueError(f"rollouts of step {step}: cannot store a column ({err})") from None
-    rows = next(iter(lengths.values()))
-    return pa.RecordBatch.from_arrays([pa.array([step] * rows, pa.int64()), *arrays],
-                                      names=["step", *columns])
-
-
-def _stream(path: Path) -> Iterator:
-    """The complete record batches of a chunk in progress, in order; a torn last batch (a write
-    cut by a kill) ends the stream."""
-    import pyarrow as pa
-
-    with pa.OSFile(str(path)) as source:
-        try:
-            reader = pa.ipc.open_stream(source)
-            while True:
-                yield reader.read_next_batch()
-        except StopIteration:
-            return
-        except (pa.ArrowInvalid, OSError):  # torn (or empty: a kill before the schema)
-            return
-
-
-def _columns_of(path: Path) -> list[str]:
-    """The column names of a rollout file (its schema only)."""
-    import pyarrow.parquet as pq
-
-    if path.suffix == ".arrows":
-        head = next(_stream(path), None)
-        return [] if head is None else head.schema.names
-    return pq.read_schema(path).names
-
-
-def _per_step(table) -> list:
-    """``table``'s rows as one record batch per step, in step order."""
-    import pyarrow.compute as pc
-
-    steps = sorted(set(table.column("step").to_pylist()))
-    return [b for s in steps
-            for b in table.filter(pc.equal(table.column("step"), s)).combine_chunks().to_batches()]
-
-
-def _batch_steps(batch) -> list[int]:
-    return sorted(set(batch.column(batch.schema.get_field_index("step")).to_pylist()))
-
-
-def _fit(batch, schema):
-    """``batch`` cast to the chunk's ``schema``, or None if it cannot be (choice 5)."""
-    import pyarrow as pa
-
-    if batch.schema.equals(schema):
-        return batch
-    if batch.schema.names != schema.names:
-        return None
-    try:
-        return pa.RecordBatch.from_arrays(
-            [col.cast(f.type) for col, f in zip(batch.columns, schema)], schema=schema)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return None
-
-
-def _write_stream(path: Path, schema, batches: list) -> int:
-    """(Re)write a chunk in progress atomically; returns its size in bytes."""
-    with atomic_replace(path) as tmp, open(tmp, "wb") as f:
-        size = 0
-        for data in [schema.serialize(), *(b.serialize() for b in batches)]:
-            f.write(memoryview(data))
-            size += data.size
-    return size
-
-
-def _write_parquet(path: Path, batches: Iterable) -> bool:
-    """A sealed chunk, one row group per batch (per step: choice 7), written atomically and
-    batch by batch (memory: one step). False, and nothing written, if there is no batch."""
-    import pyarrow.parquet as pq
-
-    batches = iter(batches)
-    head = next(batches, None)
-    if head is None:
-        return False
-    with atomic_replace(path) as tmp, pq.ParquetWriter(str(tmp), head.schema) as writer:
-        writer.write_batch(head)
-        for batch in batches:
-            writer.write_batch(batch)
-    return True
-
-
-@dataclass
-class _Open:
-    """The chunk in progress, as this process writes it."""
-
-    path: Path
-    schema: Any
-    steps: list[int]
-    size: int  # bytes of complete batches: a failed append's torn tail is cut before the next
-
-
-def _spans(steps: list[int]) -> str:
-    if len(steps) <= 8:
-        return str(steps)
-    return f"{len(steps)} steps from {steps[0]} to {steps[-1]}"
 
 
 class RolloutStore:
@@ -211,7 +80,7 @@ class RolloutStore:
             raise ValueError(f"chunk_steps must be >= 1, got {chunk_steps}")
         self.folder = Path(folder)
         self.chunk_steps = int(chunk_steps)
-        self._open: _Open | None = None
+        self._open: OpenChunk | None = None
         self._cache: dict[str, tuple[tuple[int, int], list[int]]] = {}
         # a notebook reads (rollout_steps) while the dashboard's thread writes
         self._lock = threading.RLock()
@@ -245,7 +114,7 @@ class RolloutStore:
         if hit is not None and hit[0] == key:
             return hit[1]
         if path.suffix == ".arrows":
-            steps = sorted({s for b in _stream(path) for s in _batch_steps(b)})
+            steps = sorted({s for b in read_stream(path) for s in batch_steps(b)})
         else:
             steps = sorted(set(pq.ParquetFile(path).read(columns=["step"])
                                .column("step").to_pylist()))
@@ -280,7 +149,7 @@ class RolloutStore:
             index = self._index()
         if int(step) not in index:
             raise FileNotFoundError(f"no rollouts for step {step} in {self.folder}; steps with "
-                                    f"rollouts: {_spans(list(index))}")
+                                    f"rollouts: {spans(list(index))}")
         return index[int(step)]
 
     def read(self, step: int, columns: list[str] | None = None):
@@ -306,7 +175,7 @@ class RolloutStore:
                 if lo <= step <= hi:
                     by_file.setdefault(path, []).append(step)
             if columns is not None and by_file:
-                known = {c for path in by_file for c in _columns_of(path)} - {"step"}
+                known = {c for path in by_file for c in columns_of(path)} - {"step"}
                 missing = [c for c in columns if c not in known | {"step"}]
                 if missing:
                     raise ValueError(f"no rollout column {missing[0]!r} in {self.folder}; "
@@ -340,8 +209,8 @@ class RolloutStore:
             table = f.read(columns=None if names is None else names[1:])
             return table.add_column(0, "step", pa.array([int(m[1])] * table.num_rows, pa.int64()))
         if path.suffix == ".arrows":
-            batches = [b for b in _stream(path)
-                       if any(first <= s <= last for s in _batch_steps(b))]
+            batches = [b for b in read_stream(path)
+                       if any(first <= s <= last for s in batch_steps(b))]
             if not batches:
                 return pa.table({"step": pa.array([], pa.int64())})
             table = pa.Table.from_batches(batches)
@@ -368,7 +237,7 @@ class RolloutStore:
                                  "written; steps must increase (a resume drops the steps after "
                                  "its checkpoint first)")
             if o is not None:
-                fitted = _fit(batch, o.schema)
+                fitted = fit_schema(batch, o.schema)
                 if fitted is None:  # other columns: a new chunk (choice 5)
                     self._seal_open()
                     o = None
@@ -376,8 +245,8 @@ class RolloutStore:
                     batch = fitted
             if o is None:
                 path = self.folder / f"_steps_{step:06d}.arrows"
-                o = self._open = _Open(path, batch.schema, [],
-                                       _write_stream(path, batch.schema, []))
+                o = self._open = OpenChunk(path, batch.schema, [],
+                                       write_stream(path, batch.schema, []))
             self._append(o, batch, step)
             if len(o.steps) >= self.chunk_steps:
                 return self._seal_open()
@@ -405,12 +274,12 @@ class RolloutStore:
                 if first in sealed:  # a seal killed before deleting it: the Parquet copy wins
                     path.unlink()
                     continue
-                batches = list(_stream(path))
-                kept = [b for b in batches if max(_batch_steps(b), default=0) <= k]
+                batches = list(read_stream(path))
+                kept = [b for b in batches if max(batch_steps(b), default=0) <= k]
                 if not kept:
                     path.unlink()
                 elif len(kept) < len(batches):
-                    _write_stream(path, kept[0].schema, kept)
+                    write_stream(path, kept[0].schema, kept)
             for _, path in sealed.items():
                 steps = self._steps_in(path)
                 if not steps or steps[0] > k:
@@ -418,11 +287,11 @@ class RolloutStore:
                 elif steps[-1] > k:
                     table = pq.ParquetFile(path).read()
                     table = table.filter(pc.less_equal(table.column("step"), pa.scalar(k)))
-                    _write_parquet(path, _per_step(table))
+                    write_parquet(path, per_step(table))
             if self.folder.is_dir():
                 fsync_dir(self.folder)
 
-    def _append(self, o: _Open, batch, step: int) -> None:
+    def _append(self, o: OpenChunk, batch, step: int) -> None:
         data = batch.serialize()
         with open(o.path, "r+b") as f:
             if os.fstat(f.fileno()).st_size != o.size:
@@ -457,13 +326,13 @@ class RolloutStore:
             self._seal_stream(path)
         if streams:
             first, path = streams[-1]
-            batches = list(_stream(path))
+            batches = list(read_stream(path))
             if (batches and len(batches) < self.chunk_steps
                     and (newest is None or first > newest)):
                 # rewritten, which cuts a torn last batch off before appending after it
-                size = _write_stream(path, batches[0].schema, batches)
-                self._open = _Open(path, batches[0].schema,
-                                   [s for b in batches for s in _batch_steps(b)], size)
+                size = write_stream(path, batches[0].schema, batches)
+                self._open = OpenChunk(path, batches[0].schema,
+                                   [s for b in batches for s in batch_steps(b)], size)
                 return
             self._seal_stream(path)
             sealed, _, _ = self._scan()
@@ -477,11 +346,11 @@ class RolloutStore:
 
             table = pq.ParquetFile(path).read()
             stream = self.folder / f"_steps_{newest:06d}.arrows"
-            batches = _per_step(table)
-            size = _write_stream(stream, table.schema, batches)
+            batches = per_step(table)
+            size = write_stream(stream, table.schema, batches)
             path.unlink()  # killed before this: both hold the same steps, the Parquet copy wins
             fsync_dir(self.folder)
-            self._open = _Open(stream, table.schema, steps, size)
+            self._open = OpenChunk(stream, table.schema, steps, size)
 
     def _seal_open(self) -> Path | None:
         o, self._open = self._open, None
@@ -490,7 +359,7 @@ class RolloutStore:
     def _seal_stream(self, stream: Path) -> Path | None:
         """Copy a stream into its Parquet chunk, then delete it (choice 3)."""
         target = self.folder / f"steps_{int(_OPEN.fullmatch(stream.name)[1]):06d}.parquet"
-        wrote = _write_parquet(target, _stream(stream))  # nothing if no batch is complete
+        wrote = write_parquet(target, read_stream(stream))  # nothing if no batch is complete
         stream.unlink()
         fsync_dir(self.folder)
         return target if wrote else None

@@ -74,8 +74,8 @@ class TrainingRun:
         log=print,
     ):
         from rlnb.engine.distributed import Distributed
+        from rlnb.engine.trainers.loop_config import logprob_source
         from rlnb.engine.trainers.loops import make_trainer
-        from rlnb.engine.trainers.rollout import logprob_source
         from rlnb.run.loggers import make_loggers
         from rlnb.run.rundir import RunDir, first_missing
         from rlnb.run.warm_start_cache import cached_warm_start

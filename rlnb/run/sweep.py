@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlnb.run.executors import Outcome, Point, make_executor
+from rlnb.run.executors import Outcome, Point
 from rlnb.run.notebooks import (
     HTML,
     NOTEBOOK,
@@ -50,11 +50,9 @@ from rlnb.run.notebooks import (
     _check_is_notebook,
     _check_kernel,
     _new_path,
-    check_parameters,
-    format_value,
-    parse_value,
-    split_parameters,
 )
+from rlnb.run.parameters import check_parameters, format_value, parse_value, split_parameters
+from rlnb.run.pools import make_executor
 from rlnb.run.sweep_summary import (  # noqa: F401  (re-exported: rlnb.run.sweep.sweep_table)
     HEADLINE_METRICS,
     REPORT,

@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlnb.run.notebooks import _execute, _export, format_value
+from rlnb.run.notebooks import _execute, _export
+from rlnb.run.parameters import format_value
 from rlnb.run.stats import difference_ci, mean_sd
 
 SWEEP_JSON, SUMMARY_CSV, REPORT = "sweep.json", "summary.csv", "report"

@@ -29,7 +29,7 @@ from pydantic import Field, model_validator
 
 from rlnb.config import Config
 from rlnb.engine.environments.base import Environment, Rewards, StepResult, check_rewards
-from rlnb.engine.models.generation import Generations, left_pad, tokenize_prompts
+from rlnb.engine.models.backend import Generations, left_pad, tokenize_prompts
 
 
 class EnvConfig(Config):

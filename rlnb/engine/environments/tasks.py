@@ -1,183 +1,30 @@
-"""Built-in verifiable tasks: a source of ``{"prompt", "answer"}`` rows plus the environment
-that scores responses against the answer.
+"""The tasks by name, the ``data`` config section, and how a task row becomes a prompt.
 
-    reward = 1[response is correct]        components: {"correct": 0/1, "format": 0/1}
+    task = build_task({"name": "addition", "max_operand": 50})    # data: {name: addition, ...}
 
-Tasks:
-- ``addition``: ``"12+7="`` -> ``"19"``, operands ``0..max_operand``; the default task of the
-  embedded tiny model (arithmetic a 0.3 M-parameter character-level Llama learns in minutes).
-- ``reverse``: ``"rev abc="`` -> ``"cba"``, lowercase words of ``min_len..max_len`` letters; a
-  second tiny-model task that needs a different skill (copying by position, not carrying).
-- ``addition_think``: addition whose answer may follow any number of ``"."`` filler ("thinking")
-  characters, ``"12+7="`` -> ``"...19"``, with the same reward as ``"19"``: response length is
-  free, as Dr. GRPO's length-bias study needs (https://arxiv.org/abs/2503.20783).
-- ``math``: GSM8K-style rows from a hub data set or a local ``.json``/``.jsonl``/``.parquet``
-  file, scored with ``math_verify``, for real models (``math_task.py``).
-
-Implementation choices:
-1) Validation problems are held out, not just drawn from another seed: the validation set is a
-   fixed list of problems (chosen by the task's ``seed``) and ``train_rows`` never emits one of
-   them, so held-out accuracy measures generalisation, not memorisation.
-2) Rows come from ``random.Random`` seeded with a string (hashed with SHA-512, so the same seed
-   gives the same rows in every process, whatever ``PYTHONHASHSEED``).
-3) The generated tasks match exactly: the response with trailing whitespace stripped must equal
-   the answer (leading spaces are wrong: the tiny model should learn the format). ``format`` is
-   partial credit for a well-formed answer (digits / letters of a plausible length), so GDPO has
-   a second component; the total reward is ``correct`` only.
-4) ``addition_think`` rows carry an ``sft_target`` (filler of a random length ``0..max_filler``,
-   then the answer): the warm start imitates it, so the policy GRPO starts from already writes
-   responses of several lengths and the loss alone decides whether they grow or shrink.
+A task is a source of ``{"prompt", "answer"}`` rows plus the environment that scores responses
+(``base.Task``). Built in: ``addition`` (``"12+7="`` -> ``"19"``, the embedded tiny model's
+default, ``generated.py``), ``reverse`` (``"rev abc="`` -> ``"cba"``, ``reverse.py``),
+``addition_think`` (addition whose answer may follow any number of ``"."`` filler characters,
+for Dr. GRPO's length-bias study, ``addition_think.py``) and ``math`` (GSM8K-style rows from a hub
+data set or a local file, scored with ``math_verify``, ``math_task.py``). ``register_task`` adds
+one of a user's; each task reads the ``data`` fields its constructor takes, and a field set for a
+task that does not read it is refused.
 """
 
 from __future__ import annotations
 
 import inspect
-import random
-import re
-import string
-from abc import abstractmethod
 
-import torch
 from pydantic import Field, field_validator, model_validator
 
 from rlnb.algorithms.checks import choose
 from rlnb.config import Config, parse_config
-from rlnb.engine.environments.base import Rewards, Task, _check_batch, _take
+from rlnb.engine.environments.addition_think import AdditionThinkTask
+from rlnb.engine.environments.base import Task
+from rlnb.engine.environments.generated import AdditionTask
 from rlnb.engine.environments.math_task import MathTask
-
-# --------------------------------------------------------------------------------------------
-# generated tasks (the tiny model's)
-
-
-class GeneratedTask(Task):
-    """A task whose problems are drawn at random; subclasses define ``num_problems``, ``draw``
-    and ``answer_pattern`` (the regex a well-formed answer matches in full).
-
-    Args:
-        num_val: how many distinct problems are held out for validation.
-        seed: chooses the held-out problems (fixed for a task; ``train_rows`` has its own seed).
-    """
-
-    answer_pattern: re.Pattern
-
-    def __init__(self, num_val: int = 200, seed: int = 0):
-        if not 1 <= num_val < self.num_problems:
-            raise ValueError(
-                f"task {self.name!r}: num_val must be in [1, {self.num_problems}) (the number "
-                f"of distinct problems), got {num_val}; lower num_val"
-            )
-        self.num_val, self.seed = num_val, seed
-        rng = random.Random(f"rlnb/{self.name}/val/{seed}")
-        val: dict[str, dict] = {}
-        while len(val) < num_val:  # distinct problems, in the order first drawn
-            row = self.draw(rng)
-            val.setdefault(row["prompt"], row)
-        self._val = list(val.values())
-        self._val_prompts = set(val)
-
-    @property
-    @abstractmethod
-    def num_problems(self) -> int:
-        """How many distinct problems there are."""
-
-    @abstractmethod
-    def draw(self, rng: random.Random) -> dict:
-        """One random row ``{"prompt", "answer"}``."""
-
-    def train_rows(self, n: int, seed: int = 0) -> list[dict]:
-        rng = random.Random(f"rlnb/{self.name}/train/{seed}")  # a stream apart from val's
-        rows: list[dict] = []
-        while len(rows) < n:
-            row = self.draw(rng)
-            if row["prompt"] not in self._val_prompts:
-                rows.append(row)
-        return rows
-
-    def val_rows(self, n: int | None = None) -> list[dict]:
-        return _take(self._val, n, f"task {self.name!r}")
-
-    def score(self, prompts: list[str], responses: list[str], rows: list[dict]) -> Rewards:
-        """Exact match after stripping trailing whitespace; ``[B]`` rewards."""
-        _check_batch(self.name, prompts, responses, rows)
-        texts = [r.rstrip() for r in responses]
-        correct = torch.tensor([t == str(row["answer"]) for t, row in zip(texts, rows)])
-        fmt = torch.tensor([self.answer_pattern.fullmatch(t) is not None for t in texts])
-        total = correct.float()  # [B]
-        return Rewards(total, {"correct": total, "format": fmt.float()}, correct)
-
-
-class AdditionTask(GeneratedTask):
-    """``"a+b="`` -> ``"a+b"`` with ``a, b`` in ``0..max_operand``: ``(max_operand+1)**2``
-    problems (2601 at the default), ``num_val`` of them held out."""
-
-    name = "addition"
-
-    def __init__(self, max_operand: int = 50, num_val: int = 200, seed: int = 0):
-        if max_operand < 1:
-            raise ValueError(f"task 'addition': max_operand must be >= 1, got {max_operand}")
-        self.max_operand = max_operand
-        self.answer_pattern = re.compile(rf"\d{{1,{len(str(2 * max_operand))}}}")
-        super().__init__(num_val=num_val, seed=seed)
-
-    @property
-    def num_problems(self) -> int:
-        return (self.max_operand + 1) ** 2
-
-    def draw(self, rng: random.Random) -> dict:
-        a, b = rng.randint(0, self.max_operand), rng.randint(0, self.max_operand)
-        return {"prompt": f"{a}+{b}=", "answer": str(a + b)}
-
-
-class ReverseTask(GeneratedTask):
-    """``"rev abc="`` -> ``"cba"``: lowercase words of ``min_len..max_len`` letters (the length
-    is uniform, then the letters), ``num_val`` distinct words held out."""
-
-    name = "reverse"
-
-    def __init__(self, min_len: int = 3, max_len: int = 6, num_val: int = 200, seed: int = 0):
-        if not 1 <= min_len <= max_len:
-            raise ValueError(
-                f"task 'reverse': need 1 <= min_len <= max_len, got min_len={min_len}, "
-                f"max_len={max_len}"
-            )
-        self.min_len, self.max_len = min_len, max_len
-        self.answer_pattern = re.compile(rf"[a-z]{{{min_len},{max_len}}}")
-        super().__init__(num_val=num_val, seed=seed)
-
-    @property
-    def num_problems(self) -> int:
-        return sum(26**k for k in range(self.min_len, self.max_len + 1))
-
-    def draw(self, rng: random.Random) -> dict:
-        k = rng.randint(self.min_len, self.max_len)
-        word = "".join(rng.choice(string.ascii_lowercase) for _ in range(k))
-        return {"prompt": f"rev {word}=", "answer": word[::-1]}
-
-
-class AdditionThinkTask(AdditionTask):
-    """``"a+b="`` -> ``FILLER * k + "a+b"`` for any ``k >= 0``: the reward ignores the filler, so
-    only the loss can make responses longer or shorter (choice 4). ``max_filler`` bounds the
-    filler of the warm start's demonstrations, not what the reward accepts."""
-
-    name = "addition_think"
-    FILLER = "."
-
-    def __init__(self, max_operand: int = 50, max_filler: int = 4, num_val: int = 200,
-                 seed: int = 0):
-        if max_filler < 0:
-            raise ValueError(f"task 'addition_think': max_filler must be >= 0, got {max_filler}")
-        self.max_filler = max_filler
-        super().__init__(max_operand=max_operand, num_val=num_val, seed=seed)
-
-    def draw(self, rng: random.Random) -> dict:
-        row = super().draw(rng)
-        row["sft_target"] = self.FILLER * rng.randint(0, self.max_filler) + row["answer"]
-        return row
-
-    def score(self, prompts: list[str], responses: list[str], rows: list[dict]) -> Rewards:
-        """``addition``'s exact match on the response with its leading filler removed."""
-        return super().score(prompts, [r.lstrip(self.FILLER) for r in responses], rows)
-
+from rlnb.engine.environments.reverse import ReverseTask
 
 # --------------------------------------------------------------------------------------------
 # prompts, the registry and the config
@@ -200,12 +47,26 @@ def format_prompt(row: dict, tokenizer=None, chat_template: bool = False) -> str
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
+# the registry (name -> Task class): ``data.name`` picks one; each reads the ``data`` fields its
+# constructor takes
 TASKS: dict[str, type[Task]] = {
     "addition": AdditionTask,
     "reverse": ReverseTask,
     "addition_think": AdditionThinkTask,
     "math": MathTask,
 }
+
+
+def register_task(name: str, cls: type[Task]) -> None:
+    """Make ``data.name: <name>`` build ``cls``: a ``Task`` subclass whose constructor takes
+    keyword arguments named like ``data`` fields (``num_val``, ``seed``, ...)."""
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise TypeError(f"task {name!r}: a task is a Task subclass, got {cls!r}")
+    unknown = [k for k in inspect.signature(cls).parameters if k not in TaskConfig.model_fields]
+    if unknown:
+        raise TypeError(f"task {name!r}: {cls.__name__}'s constructor takes {unknown}, which are "
+                        f"not data fields (the data section has {sorted(TaskConfig.model_fields)})")
+    TASKS[name] = cls
 
 
 def make_task(name: str, **kwargs) -> Task:
@@ -221,7 +82,8 @@ def make_task(name: str, **kwargs) -> Task:
 class TaskConfig(Config):
     """Which task to train on; each task reads only the fields its constructor takes."""
 
-    name: str = Field("addition", description=f"task, one of {list(TASKS)}")
+    name: str = Field("addition", description=f"task, one of {list(TASKS)} or a registered one "
+                      "(register_task)")
     max_operand: int = Field(50, ge=1, description="addition: operands are 0..max_operand")
     max_filler: int = Field(
         4, ge=0, description="addition_think: longest filler ('.' run) in the warm start's "

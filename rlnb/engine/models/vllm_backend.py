@@ -35,94 +35,36 @@ Implementation choices:
    cache freed), so training has the memory; the next refit or generation wakes the weights and
    loads the policy's current ones, then the KV cache.
 
-This module is longer than the ~400 lines per module the project aims for: the engine's
-lifecycle (start, refit, sleep/wake, the RNG and thread state vLLM changes in this process) and
-its sampling translation belong together, and split apart they would each need the other's
-internals.
-
-``vllm`` is imported on first use only (``import rlnb`` works without it). The backend has
-``generation.GenerationBackend``'s interface without subclassing it: ``generation.py`` imports
-``VLLMConfig`` from here, so importing ``generation`` at load time would be circular.
+The engine's config and start-up are in ``vllm_engine.py``. ``vllm`` is imported on first use
+only (``import rlnb`` works without it).
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import random
-import tempfile
 import warnings
-from contextlib import contextmanager
-from typing import Literal
 
 import torch
-from pydantic import Field
 
-from rlnb.config import Config
-
-INSTALL_HINT = (
-    "install it with the `vllm` extra on a GPU machine (pip install -c constraints.txt -e "
-    "'.[vllm]'), or on CPU in its own venv as docs/vllm.md describes (bash tests/run_vllm_tier.sh "
-    "builds one)"
+from rlnb.engine.models.backend import GenerationBackend, Generations, tokenize_prompts
+from rlnb.engine.models.vllm_engine import (
+    INSTALL_HINT,
+    engine_args,
+    exact_logprobs_mode,
+    model_folder,
+    parameter_versions,
+    quiet_rotary_reload,
+    start_engine,
 )
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.6  # NeMo-RL's GRPO configs: room for the colocated policy
-DEFAULT_CPU_KV_CACHE_GIB = 1
-KEY = "policy.generation.vllm"
+
+__all__ = ["VLLMGenerationBackend", "exact_logprobs_mode"]
 
 
-class VLLMConfig(Config):
-    """``policy.generation.vllm``: the engine of ``policy.generation.backend=vllm``."""
-
-    gpu_memory_utilization: float | None = Field(
-        None, gt=0, le=1,
-        description="GPU: share of GPU memory vLLM may take (weights + KV cache); None = 0.6, "
-        "leaving room for training. Refused on CPU (use kv_cache_space_gib).",
-    )
-    kv_cache_space_gib: float | None = Field(
-        None, gt=0,
-        description="KV cache size in GiB (vLLM's kv_cache_memory_bytes). None: on CPU "
-        "VLLM_CPU_KVCACHE_SPACE if set, else 1; on GPU sized by gpu_memory_utilization.",
-    )
-    enable_sleep_mode: bool = Field(
-        False,
-        description="GPU only: free the engine's weights and KV cache between generations, so "
-        "training has the memory (weights are reloaded from the policy on wake-up).",
-    )
-    max_model_len: int | None = Field(
-        None, ge=2,
-        description="Longest prompt + response the engine accepts; None = "
-        "policy.max_total_sequence_length.",
-    )
-    enforce_eager: bool | None = Field(
-        None,
-        description="Skip torch.compile and CUDA graphs; None = True on CPU (compiling costs "
-        "about a minute at start), False on GPU.",
-    )
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Engine weights; auto = the policy's dtype (policy.precision)."
-    )
-
-
-def exact_logprobs_mode(temperature: float, top_p: float, top_k: int | None) -> str | None:
-    """vLLM's ``logprobs_mode`` whose sampled-token log-prob is exactly rlnb's
-    log_softmax(logits / temperature) over the full vocabulary, or None if none is."""
-    truncated = top_p < 1 or top_k is not None
-    if not truncated:
-        return "processed_logprobs"  # after temperature, and nothing else applied
-    if temperature == 1:
-        return "raw_logprobs"  # the raw logits are the temperature-1 logits
-    return None
-
-
-class VLLMGenerationBackend:
-    """Sampling with a colocated, in-process ``vllm.LLM``; ``refresh_weights`` refits it.
-
-    Same interface as ``generation.GenerationBackend``: ``generate``, ``generate_ids``,
-    ``refresh_weights``, ``shares_policy_weights``.
-    """
+class VLLMGenerationBackend(GenerationBackend):
+    """Sampling with a colocated, in-process ``vllm.LLM``; ``refit`` loads the policy's
+    weights into it."""
 
     shares_policy_weights = False  # vLLM's log-probs differ slightly: recompute prev_logprobs
-    can_refit = True  # the engine holds its own weights; refresh_weights loads new ones
+    can_refit = True  # the engine holds its own weights; refit loads new ones
 
     def __init__(self, model, tokenizer, config, max_prompt_length=None):
         self.tokenizer, self.config = tokenizer, config
@@ -133,8 +75,6 @@ class VLLMGenerationBackend:
         self._asleep = False  # sleep mode: the KV cache is freed (since the last generation)
         self._weights_resident = True  # sleep mode: False while the engine's weights are freed
         self._warned: set[str] = set()
-        self._folder: tempfile.TemporaryDirectory | None = None
-        cfg = config.vllm
         try:
             import vllm  # noqa: F401
         except ImportError as err:
@@ -144,127 +84,16 @@ class VLLMGenerationBackend:
             ) from None
         from vllm.platforms import current_platform
 
-        engine_args = self._engine_args(model, cfg, current_platform.is_cpu(), current_platform)
-        self._sleep_mode = engine_args["enable_sleep_mode"]  # fixed with the engine
-        self.logprobs_mode = engine_args["logprobs_mode"]
-        source, tokenizer_source = self._model_folder(model, tokenizer)
-        self.llm = self._start_engine(source, tokenizer_source, engine_args)
+        args = engine_args(model, config, max_prompt_length, current_platform.is_cpu(),
+                           current_platform)
+        self._sleep_mode = args["enable_sleep_mode"]  # fixed with the engine
+        self.logprobs_mode = args["logprobs_mode"]
+        source, tokenizer_source, self._folder = model_folder(model, tokenizer)
+        self.llm = start_engine(source, tokenizer_source, args)
         self._load_weights(model)  # the policy's weights, not the folder's (choice 2)
 
-    # ------------------------------------------------------------------ construction
-    def _engine_args(self, model, cfg: VLLMConfig, on_cpu: bool, platform) -> dict:
-        """``vllm.LLM`` keyword arguments from the config; refuses what the engine would ignore."""
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            world = max(world, torch.distributed.get_world_size())
-        if world > 1:
-            raise ValueError(
-                f"policy.generation.backend=vllm runs one in-process engine and does not support "
-                f"multi-process training yet (world size {world}); use backend=hf"
-            )
-        gen = self.config
-        needed = (
-            self.max_prompt_length + gen.max_new_tokens
-            if self.max_prompt_length is not None else None
-        )
-        max_model_len = cfg.max_model_len or needed
-        if cfg.max_model_len is not None and needed is not None and cfg.max_model_len < needed:
-            raise ValueError(
-                f"{KEY}.max_model_len={cfg.max_model_len} is shorter than the longest prompt "
-                f"plus response ({self.max_prompt_length} + {gen.max_new_tokens} = {needed}, "
-                "policy.max_total_sequence_length); raise it or leave it unset"
-            )
-        if cfg.enable_sleep_mode and not platform.is_sleep_mode_available():
-            raise ValueError(
-                f"{KEY}.enable_sleep_mode=true needs a GPU; vLLM's {platform.device_type} "
-                "backend has no sleep mode (set it to false)"
-            )
-        args: dict = {}
-        if on_cpu:
-            if cfg.gpu_memory_utilization is not None:
-                raise ValueError(
-                    f"{KEY}.gpu_memory_utilization applies on GPU only; on CPU size the KV cache "
-                    f"with {KEY}.kv_cache_space_gib"
-                )
-            env = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "")
-            if cfg.kv_cache_space_gib is not None and env and float(env) != cfg.kv_cache_space_gib:
-                raise ValueError(
-                    f"{KEY}.kv_cache_space_gib={cfg.kv_cache_space_gib} disagrees with "
-                    f"VLLM_CPU_KVCACHE_SPACE={env} (vLLM would use the variable): unset one"
-                )
-            gib = cfg.kv_cache_space_gib or (float(env) if env else DEFAULT_CPU_KV_CACHE_GIB)
-            args["kv_cache_memory_bytes"] = int(gib * 2**30)
-            _check_cpu_head_size(model)
-        else:
-            if cfg.kv_cache_space_gib is not None and cfg.gpu_memory_utilization is not None:
-                raise ValueError(
-                    f"{KEY}.kv_cache_space_gib and {KEY}.gpu_memory_utilization both size the KV "
-                    "cache (vLLM would ignore gpu_memory_utilization): set one"
-                )
-            if cfg.kv_cache_space_gib is not None:
-                args["kv_cache_memory_bytes"] = int(cfg.kv_cache_space_gib * 2**30)
-            args["gpu_memory_utilization"] = (
-                cfg.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
-            )
-        policy_dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-        mode = exact_logprobs_mode(gen.temperature, gen.top_p, gen.top_k)
-        args.update(
-            dtype=policy_dtype if cfg.dtype == "auto" else cfg.dtype,
-            max_model_len=max_model_len,
-            enforce_eager=on_cpu if cfg.enforce_eager is None else cfg.enforce_eager,
-            enable_sleep_mode=cfg.enable_sleep_mode,
-            logprobs_mode=mode or "processed_logprobs",
-            generation_config="vllm",  # choice 6
-        )
-        return args
-
-    def _model_folder(self, model, tokenizer) -> tuple[str, str]:
-        """Where vLLM reads the config and tokenizer (and first weights) from (choice 2)."""
-        model_src = getattr(model, "name_or_path", "") or ""
-        tok_src = getattr(tokenizer, "name_or_path", "") or ""
-        if model_src and tok_src:
-            return model_src, tok_src
-        self._folder = tempfile.TemporaryDirectory(prefix="rlnb-vllm-")
-        model.save_pretrained(self._folder.name)
-        tokenizer.save_pretrained(self._folder.name)
-        return self._folder.name, self._folder.name
-
-    def _start_engine(self, source: str, tokenizer_source: str, engine_args: dict):
-        from vllm import LLM
-
-        # In-process engine (choice 1). vLLM reads the switch when the engine is built (and
-        # caches every VLLM_* variable after its first engine); the caller's value comes back.
-        previous = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        set_num_threads = torch.set_num_threads
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()  # vLLM sizes itself from the free memory at start
-        try:
-            with _preserved_rng():  # vLLM seeds python/numpy/torch globally in its worker
-                llm = LLM(model=source, tokenizer=tokenizer_source, **engine_args)
-        except Exception as err:
-            first = (str(err).strip().splitlines() or [""])[0]
-            raise ValueError(
-                f"policy.generation.backend=vllm: the engine did not start for {source!r} "
-                f"({type(err).__name__}: {first}); check {KEY} and policy.model_name"
-            ) from err
-        finally:
-            if previous is None:
-                os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-            else:
-                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = previous
-            # vLLM's CPU worker turns torch.set_num_threads into a no-op for the whole process
-            torch.set_num_threads = set_num_threads
-        if not hasattr(llm.llm_engine, "model_executor"):
-            raise ValueError(
-                "policy.generation.backend=vllm: the engine started in a separate process (vLLM "
-                "had already cached VLLM_ENABLE_V1_MULTIPROCESSING=1 in this process), so weights "
-                "cannot be loaded in-process; restart Python"
-            )
-        return llm
-
     # ------------------------------------------------------------------ weights
-    def refresh_weights(self, model: torch.nn.Module) -> None:
+    def refit(self, model: torch.nn.Module) -> None:
         """Load the policy's current weights into the engine (after every optimizer step)."""
         self._model = model
         self.weight_version += 1
@@ -275,18 +104,18 @@ class VLLMGenerationBackend:
             self.llm.wake_up(tags=["weights"])  # level 2 freed them: reallocate, then fill
         # the policy's own tensors, no copy; the worker copies them into its kernel layout
         weights = list(model.state_dict().items())
-        with _quiet_rotary_reload():
+        with quiet_rotary_reload():
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
         self.llm.llm_engine.set_weight_version(str(self.weight_version))
-        self._synced = _parameter_versions(model)
+        self._synced = parameter_versions(model)
         self._weights_resident = True
 
     def _sync(self) -> None:
         """Before sampling: refit if the policy changed since the last load (choice 3), and
         wake the engine if it sleeps (choice 7)."""
-        if _parameter_versions(self._model) != self._synced:
-            self.refresh_weights(self._model)
+        if parameter_versions(self._model) != self._synced:
+            self.refit(self._model)
         elif not self._weights_resident:
             self._load_weights(self._model)  # same weights, version unchanged
         if self._asleep:
@@ -328,8 +157,6 @@ class VLLMGenerationBackend:
 
     def generate(self, prompts: list[str]):
         """Sample one response per prompt (repeat prompts for a group)."""
-        from rlnb.engine.models.generation import tokenize_prompts
-
         prompt_ids, prompt_mask = tokenize_prompts(
             self.tokenizer, prompts, self.max_prompt_length
         )
@@ -342,8 +169,6 @@ class VLLMGenerationBackend:
         """Sample from left-padded token ids ``[B, L]`` (multi-turn rollouts continue a
         conversation token for token)."""
         from vllm.inputs import TokensPrompt
-
-        from rlnb.engine.models.generation import Generations
 
         tok = self.tokenizer
         params = self.sampling_params(max_new_tokens)
@@ -409,59 +234,3 @@ class VLLMGenerationBackend:
         if self._folder is not None:
             self._folder.cleanup()
             self._folder = None
-
-
-def _parameter_versions(model: torch.nn.Module) -> tuple:
-    """Each parameter's identity and in-place version counter: any optimizer step or
-    ``load_state_dict`` changes it (choice 3)."""
-    return tuple((id(p), p._version) for p in model.parameters())
-
-
-def _check_cpu_head_size(model) -> None:
-    """vLLM's CPU attention supports a fixed set of head sizes and only fails at the first
-    forward; check before starting the engine."""
-    try:
-        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
-    except ImportError:  # another vLLM layout: let the engine decide
-        return
-    cfg = model.config
-    head = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    supported = CPUAttentionBackend.get_supported_head_sizes()
-    if head not in supported:
-        raise ValueError(
-            f"policy.generation.backend=vllm: vLLM's CPU attention supports head sizes "
-            f"{supported}, this model's is {head} (hidden_size / num_attention_heads; for the "
-            "tiny model set policy.tiny.hidden_size / policy.tiny.num_attention_heads)"
-        )
-
-
-@contextmanager
-def _quiet_rotary_reload():
-    """Drop vLLM's "RotaryEmbedding: Failed to load weights" warning during a reload: the rotary
-    cache is computed, never in a checkpoint, and vLLM keeps it (the warning comes every refit).
-    The same warning for any other layer still shows: it would mean names did not match."""
-
-    def keep(record: logging.LogRecord) -> bool:
-        return record.getMessage() != "RotaryEmbedding: Failed to load weights"
-
-    logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
-    logger.addFilter(keep)
-    try:
-        yield
-    finally:
-        logger.removeFilter(keep)
-
-
-@contextmanager
-def _preserved_rng():
-    """Keep the caller's python, numpy and torch (CPU and CUDA) random states."""
-    import numpy as np
-
-    py, npy = random.getstate(), np.random.get_state()
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices):
-        try:
-            yield
-        finally:
-            random.setstate(py)
-            np.random.set_state(npy)

@@ -7,38 +7,17 @@
 Asynchronous off-policy RLHF: https://arxiv.org/abs/2410.18252; the formulas, the buffer's rules
 and the defaults' reasons: docs/algorithms.md#async-grpo.
 
-Implementation choices:
+Implementation choices (why each, and what NeMo-RL does: docs/algorithms.md#async-grpo):
 1) The stages stay GRPO's: ``rollout()`` takes step c's groups from the replay buffer (waiting
-   for the collector if they are not there yet) and computes the policy's current log-probs of
-   them; ``compute_advantages`` and ``update`` are the synchronous trainer's. Calling
-   ``rollout()`` again before ``update`` returns the same batch (a re-run notebook cell).
-2) Off-policy correction, the defaults and why:
-   - ``prev_logprobs`` are the current policy θ_c's, never the generator's: a separate
-     forward pass, or (``force_on_policy_ratio``, choice 6, the shipped config) the update's own
-     forward; the PPO ratio ρ = π_θ / π_θc then starts at 1 and clips only what this step's
-     own optimizer steps moved, as in the synchronous loop;
-   - ``loss_fn.use_importance_sampling_correction=true`` is required (NeMo-RL asserts it): the
-     loss weights every token by w = π_θc / π_v (``generation_logprobs`` come from the
-     collector's weights v), which corrects the expectation for sampling with stale weights;
-   - truncation is the loss's own option, off by default as in NeMo-RL; with a ≤ 2 on the tiny
-     model w stays within about [0.5, 2] (see ``async/importance_weight/*``), and the shipped
-     ``configs/async_tiny.yaml`` bounds it with TIS at 2.0, TIS's usual cap, so that a larger
-     age or learning rate cannot blow up the variance.
-3) What NeMo-RL's async loop leaves out is refused when the config loads: dynamic sampling,
-   reward scaling and shaping, ``reuse_generation_logprobs`` (generation log-probs come from
-   other weights).
-4) The buffer's content and ages are saved with every checkpoint. A resumed run keeps the
-   saved groups of complete targets and generates the rest again from the same rows (the
-   collector's choice 2), so no prompt is lost or trained twice. Bit-exact resume is not
-   promised: which weights generated a group depends on the two threads' timing, and both
-   threads draw from torch's one global generator.
-5) ``max_trajectory_age_steps=0`` is refused (it would be the synchronous loop, which is
-   ``enabled=false``).
-6) ``loss_fn.force_on_policy_ratio=true`` skips the separate forward for ``prev_logprobs``
-   (NeMo-RL's placeholder: the loss uses sg(log π_θ) of its own forward, so the ratio is 1 and
-   w = π_θ / π_v). With one optimizer step per rollout (the global batch is the whole rollout,
-   as in ``configs/async_tiny.yaml``) that forward is π_θc's, so the numbers are the recompute's
-   up to float rounding; with several optimizer steps it also switches PPO's clipping off.
+   for the collector) and computes the current policy's log-probs of them; calling it again
+   before ``update`` returns the same batch (a re-run notebook cell).
+2) ``prev_logprobs`` are the current policy θ_c's, never the generator's, and the loss weights
+   every token by w = π_θc / π_v (``use_importance_sampling_correction``, required); with
+   ``force_on_policy_ratio`` (choice 3) the update's own forward gives them.
+3) ``force_on_policy_ratio`` (NeMo-RL's placeholder) skips the separate forward: with one
+   optimizer step per rollout the numbers are the recompute's up to float rounding.
+4) The buffer is saved with every checkpoint; a resumed run keeps the complete targets and
+   generates the rest again from the same rows. Resume is not bit-exact (thread timing).
 """
 
 from __future__ import annotations
@@ -50,16 +29,13 @@ from typing import Any
 import torch
 
 from rlnb.algorithms.replay_buffer import AsyncGRPOConfig  # noqa: F401 - NeMo-RL's name, here too
+from rlnb.engine.batch_join import concat_rollouts, rollout_from_dict
 from rlnb.engine.batches import RolloutBatch, StepMetrics
-from rlnb.engine.trainers.collector import (
-    HFCopyGenerationBackend,
-    TrajectoryCollector,
-    new_buffer,
-    rollout_from_dict,
-)
-from rlnb.engine.trainers.dynamic_sampling import concat_rollouts
+from rlnb.engine.models.copy_backend import HFCopyGenerationBackend
+from rlnb.engine.timing import timer
+from rlnb.engine.trainers.collector import TrajectoryCollector, new_buffer
 from rlnb.engine.trainers.grpo import GRPOTrainer
-from rlnb.engine.trainers.rollout import add_logprobs, outcome_metrics, timer
+from rlnb.engine.trainers.rollout import add_logprobs, outcome_metrics
 
 BUFFER_FILE = "replay_buffer"  # the checkpoint's replay_buffer.pt
 
@@ -67,10 +43,10 @@ BUFFER_FILE = "replay_buffer"  # the checkpoint's replay_buffer.pt
 def collector_backend(trainer):
     """The collector's generator: a private copy for the HF backend, vLLM's own engine."""
     generator, p = trainer.generator, trainer.config.policy
-    if getattr(generator, "shares_policy_weights", False):
+    if generator.shares_policy_weights:
         return HFCopyGenerationBackend(trainer.policy.model, trainer.policy.tokenizer,
                                        p.generation, trainer.max_prompt_length)
-    if getattr(generator, "can_refit", False):
+    if generator.can_refit:
         return generator
     raise ValueError(
         f"grpo.async_grpo.enabled=true needs a generation backend that can load new weights "
@@ -92,11 +68,13 @@ class AsyncGRPOTrainer(GRPOTrainer):
             raise ValueError("AsyncGRPOTrainer needs grpo.async_grpo.enabled=true (the "
                              "synchronous loop is GRPOTrainer)")
         gen = collector_backend(self)
-        self.buffer = new_buffer(self.config.grpo)
+        loop = self.config.grpo
+        self.buffer = new_buffer(loop)
+        local_prompts = len(self.dist.shard(list(range(loop.num_prompts_per_step))))
         self.collector = TrajectoryCollector(
-            self, gen, self.policy.model, self.buffer, version=self.step_count,
-            tokenizer=getattr(gen, "tokenizer", None))
-        self._taken: tuple[int, RolloutBatch] | None = None  # choice 1
+            loop, self.rollout_inputs(tokenizer=gen.tokenizer), self.prompt_rows_at,
+            local_prompts, gen, self.policy.model, self.buffer, version=self.step_count)
+        self._taken: tuple[int, RolloutBatch] | None = None  # choice 1: a re-run cell
         self._main_threads: int | None = None
 
     # ------------------------------------------------------------------ the collector
@@ -122,8 +100,9 @@ class AsyncGRPOTrainer(GRPOTrainer):
             torch.set_num_threads(self._main_threads)
             self._main_threads = None
 
-    def publish_weights(self) -> None:
-        self.collector.publish(self.step_count)
+    def refit(self) -> None:
+        """The collector refits to this step's weights before its next generation."""
+        self.collector.request_refit(self.step_count)
 
     # ------------------------------------------------------------------ stage 1: rollout
     def rollout(self, rows: list[dict[str, Any]] | None = None) -> RolloutBatch:
@@ -144,16 +123,16 @@ class AsyncGRPOTrainer(GRPOTrainer):
             torch.tensor([len(g) for g in groups]))
         batch.step, batch.weight_version = c, min(versions)
         batch.metrics = merge_group_metrics([g.metrics for g in groups])
-        if self._loss_computes_prev_logprobs():  # choice 6: the update's forward gives them
+        if self._loss_computes_prev_logprobs():  # choice 3: the update's forward gives them
             batch.prev_logprobs = torch.zeros_like(batch.generation_logprobs)  # placeholder
             if self.need_reference:
                 batch.reference_logprobs = self.policy.logprobs(
                     batch.input_ids, batch.attention_mask, reference=True) * batch.token_mask
         else:
-            add_logprobs(self, batch)
+            add_logprobs(self.policy, batch, reuse=False, reference=self.need_reference)
         ages = [c - v for v in versions]
         batch.metrics.update({
-            **outcome_metrics(self, batch),
+            **outcome_metrics(self.dist, batch),
             **importance_weight_metrics(batch, placeholder=self._loss_computes_prev_logprobs()),
             "train/buffer_size": float(counters["buffer_size"]),
             "train/avg_trajectory_age": sum(ages) / len(ages),
@@ -196,7 +175,7 @@ class AsyncGRPOTrainer(GRPOTrainer):
                 return super().validate(num_prompts)
         with c.generation_lock:
             with c.weights_lock:
-                self.generator.refresh_weights(self.policy.model)
+                self.generator.refit(self.policy.model)
             with c.cond:  # the engine's weights are now this step's
                 c.version = c.latest = self.step_count
             return super().validate(num_prompts)

@@ -11,8 +11,10 @@ Implementation choices:
 1) The trainer knows nothing of run directories, loggers or widgets (they live in higher
    layers): ``train`` yields ``StepMetrics`` (the metrics, and the step's stage results) and the
    consumer (``rlnb.run.session.TrainingRun``, the dashboard) logs, checkpoints and plots them.
-2) The loop's section of the config (``grpo`` or ``ppo``) is ``loop_config``; every loop reads
-   the same keys from it (sizes, seed, validation schedule), with NeMo-RL's names.
+2) The loop's section of the config (``grpo`` or ``ppo``) is ``loop_config``, a ``LoopConfig``
+   (``loop_config.py``): every loop reads the same keys from it. The rules between sections are
+   the config layer's (``check_loop_rules``), run again here on the config given; the trainer
+   itself checks only what needs the live world (the number of ranks).
 3) Validation samples on its own random state (seeded by the seed and the step), so it never
    draws from the training stream: a run validated at other steps, or resumed, trains exactly
    the same.
@@ -30,18 +32,21 @@ from typing import Any
 import torch
 
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
-from rlnb.engine.batches import StepMetrics
+from rlnb.engine.batches import RolloutBatch, StepMetrics
 from rlnb.engine.distributed import Distributed
+from rlnb.engine.environments.tasks import build_task, format_prompt
 from rlnb.engine.models.generation import make_generation_backend
-from rlnb.engine.trainers.rollout import resolve_logprob_reuse
-
-
-def needs_reference(config) -> bool:
-    """Whether the run keeps a frozen reference policy: a KL penalty (in the loss or in the
-    reward) that is not switched off by ``skip_reference_policy_logprobs_calculation``."""
-    loop = getattr(config, "ppo", None) or config.grpo
-    return (config.loss_fn.reference_policy_kl_penalty > 0
-            and not loop.skip_reference_policy_logprobs_calculation)
+from rlnb.engine.models.policy import Policy
+from rlnb.engine.timing import timer
+from rlnb.engine.trainers.dynamic_sampling import dynamic_sampling_rollout
+from rlnb.engine.trainers.hyperparameters import reconfigure
+from rlnb.engine.trainers.loop_config import check_loop_rules, needs_reference
+from rlnb.engine.trainers.rollout import (
+    RolloutInputs,
+    add_logprobs,
+    outcome_metrics,
+    sample_and_score,
+)
 
 
 def expect_batch(batch, kind: type, stage: str) -> None:
@@ -73,9 +78,6 @@ class Trainer:
     loop_section = "grpo"  # the config section with the loop's keys
 
     def __init__(self, config, *, policy=None, task=None, accelerator=None):
-        from rlnb.engine.environments.tasks import build_task
-        from rlnb.engine.models.policy import Policy
-
         if not all(hasattr(config, s) for s in (self.loop_section, "policy", "loss_fn", "data")):
             raise TypeError(
                 f"{type(self).__name__} takes a loaded config, got {type(config).__name__}: "
@@ -88,19 +90,8 @@ class Trainer:
         self.config = config
         self.dist = Distributed(accelerator)
         loop = self.loop_config
-        if loop.skip_reference_policy_logprobs_calculation and \
-                config.loss_fn.reference_policy_kl_penalty > 0:
-            raise ValueError(
-                f"{self.loop_section}.skip_reference_policy_logprobs_calculation=true keeps no "
-                f"reference policy, but loss_fn.reference_policy_kl_penalty="
-                f"{config.loss_fn.reference_policy_kl_penalty} needs one (set it to 0)")
-        estimator = getattr(loop.adv_estimator, "name", "")
-        if config.loss_fn.use_kl_in_reward and estimator in ("grpo", "gdpo", "opd"):
-            raise ValueError(
-                f"loss_fn.use_kl_in_reward=true needs an estimator that puts the KL into the "
-                f"reward (reinforce_plus_plus; GAE under PPO), not {self.loop_section}."
-                f"adv_estimator.name={estimator!r}")
-        if getattr(loop, "use_dynamic_sampling", False) and self.dist.world_size > 1:
+        check_loop_rules(config)  # choice 2: fields may have been assigned since it loaded
+        if loop.use_dynamic_sampling and self.dist.world_size > 1:
             # each rank would need its own number of generation batches (dynamic_sampling.py)
             raise ValueError(
                 f"{self.loop_section}.use_dynamic_sampling=true runs in one process only, but "
@@ -114,14 +105,7 @@ class Trainer:
         )
         self.task = task or build_task(config.data)
         self.env = config.env.build(self.task)  # what steps multi-turn conversations
-        if self.env is not self.task and loop.max_rollout_turns == 1:
-            raise ValueError(
-                f"env.name={config.env.name!r} is a multi-turn environment, but "
-                f"{self.loop_section}.max_rollout_turns is 1 (it would never be asked a second "
-                "turn)")
         p = config.policy
-        # a config changed after it loaded is decided again, before an engine starts
-        resolve_logprob_reuse(loop, p, self.loop_section)
         self.max_prompt_length = p.max_total_sequence_length - p.generation.max_new_tokens
         self.generator = make_generation_backend(
             self.policy.model, self.policy.tokenizer, p.generation, self.max_prompt_length
@@ -153,18 +137,49 @@ class Trainer:
             stream = self._stream = self.task.train_rows(2 * (start + n), self.loop_config.seed)
         return self.dist.shard(stream[start : start + n])
 
-    def format_prompt(self, row: dict[str, Any], tokenizer=None) -> str:
-        from rlnb.engine.environments.tasks import format_prompt
+    def format_prompt(self, row: dict[str, Any]) -> str:
+        """The text the policy generates from for a task row (its chat template if set)."""
+        return format_prompt(row, self.policy.tokenizer, self.config.policy.chat_template)
 
-        return format_prompt(row, tokenizer or self.policy.tokenizer,
-                             self.config.policy.chat_template)
+    # ------------------------------------------------------------------ stage 1: rollout
+    def rollout_inputs(self, tokenizer=None) -> RolloutInputs:
+        """What the rollout stage reads (``rollout.RolloutInputs``), with the policy's tokenizer
+        or ``tokenizer``."""
+        p = self.config.policy
+        return RolloutInputs(
+            task=self.task, env=self.env, tokenizer=tokenizer or self.policy.tokenizer,
+            chat_template=p.chat_template, max_rollout_turns=self.loop_config.max_rollout_turns,
+            max_new_tokens=p.generation.max_new_tokens,
+            max_total_length=p.max_total_sequence_length,
+            max_prompt_length=self.max_prompt_length)
+
+    def generate_batch(self, rows: list[dict[str, Any]], generations: int) -> RolloutBatch:
+        """``generations`` responses per row, scored, with their log-probs (rollout.py)."""
+        batch = sample_and_score(self.rollout_inputs(), self.generator, rows, generations,
+                                 self.step_count)
+        return add_logprobs(self.policy, batch,
+                            reuse=self.loop_config.reuse_generation_logprobs is True,
+                            reference=self.need_reference)
+
+    def rollout(self, rows: list[dict[str, Any]] | None = None) -> RolloutBatch:
+        """Stage 1: P prompts x G responses, rewards, π_old (and π_ref) log-probs (dynamic
+        sampling if enabled), with the reward metrics."""
+        loop, elapsed = self.loop_config, timer()
+        if loop.use_dynamic_sampling:  # it logs the signal of every group it generated
+            batch = dynamic_sampling_rollout(loop, self.generate_batch, self.next_prompt_rows,
+                                             self.policy.tokenizer.pad_token_id, rows)
+        else:
+            batch = self.generate_batch(rows or self.next_prompt_rows(),
+                                        loop.num_generations_per_prompt)
+        batch.metrics["timing/train/rollout"] = elapsed()
+        batch.metrics.update(outcome_metrics(self.dist, batch,
+                                             signal=not loop.use_dynamic_sampling))
+        return batch
 
     # ------------------------------------------------------------------ validation
     @torch.no_grad()
     def validate(self, num_prompts: int | None = None) -> dict[str, float]:
         """Held-out accuracy: ``validation/accuracy`` (mean reward), ``avg_length``, ``pass_k``."""
-        from rlnb.engine.trainers.rollout import generate_and_score
-
         loop = self.loop_config
         available = len(self.task.val_rows())
         rows = self.dist.shard(
@@ -172,7 +187,7 @@ class Trainer:
         k = loop.val_num_generations_per_prompt
         # choice 3: its own random state, so validating never shifts the training stream
         with isolated_rng(loop.seed * 1_000_003 + self.step_count + 7, self.policy.device):
-            batch = generate_and_score(self, rows, k, self.step_count)
+            batch = self.generate_batch(rows, k)
         rewards = batch.rewards.view(len(rows), k)  # [P, k]
         metrics = {
             "validation/accuracy": float(rewards.mean()),
@@ -191,8 +206,6 @@ class Trainer:
         """The policy's optimizer steps over one batch (none with ``dry_run``): its loss
         metrics summed over ranks under ``train/``, and ``timing/train/policy_training``.
         ``loss_fn`` (a ``ClippedPGLossFn``, a ``loss_fn`` config dict, or None: the trainer's)."""
-        from rlnb.engine.trainers.rollout import timer
-
         if isinstance(loss_fn, dict):
             loss_fn = ClippedPGLossFn({**self.loss_fn.config.model_dump(), **loss_fn})
         elapsed = timer()
@@ -201,10 +214,10 @@ class Trainer:
         metrics["timing/train/policy_training"] = elapsed()
         return metrics
 
-    def publish_weights(self) -> None:
+    def refit(self) -> None:
         """After an optimizer step: hand the policy's new weights to generation (NeMo-RL's
-        refit; a no-op count when the generator samples with the policy's own module)."""
-        self.generator.refresh_weights(self.policy.model)
+        refit; only a count when the generator samples with the policy's own module)."""
+        self.generator.refit(self.policy.model)
 
     def close(self) -> None:
         """Stop background work (the async loop's collector); nothing for synchronous loops."""
@@ -258,8 +271,6 @@ class Trainer:
     def reconfigure(self, overrides: dict[str, Any] | list[str], *, dry_run: bool = False
                     ) -> dict[str, tuple[Any, Any]]:
         """Change hyperparameters between steps (see ``hyperparameters.reconfigure``)."""
-        from rlnb.engine.trainers.hyperparameters import reconfigure
-
         return reconfigure(self, overrides, dry_run=dry_run)
 
     # ------------------------------------------------------------------ state

@@ -3,56 +3,42 @@
     collector (thread)                         trainer (caller's thread)
     weights v ── next_target(v) = t ──┐        step c: take P groups meant for c (or wait)
     rows of step t ── generate, score ┤          log-probs with the current policy
-    P groups (v, t) ──► replay buffer ┘ ◄──────  advantages, update ── publish(c + 1)
+    P groups (v, t) ──► replay buffer ┘ ◄──────  advantages, update ── request_refit(c+1)
     no target left for v: wait for weights v' > v, refit, go on
 
-Ages and targets follow NeMo-RL's replay buffer (``rlnb.algorithms.replay_buffer``): weights v
-may fill targets v+1 … v+a (the initial weights v0 … v0+a), a = ``max_trajectory_age_steps``;
-so generation runs at most a steps ahead, and a trajectory trained on is at most a steps old.
+Weights v fill targets v … v + a (a = ``max_trajectory_age_steps``), so generation runs at most
+a steps ahead and a trajectory trained on is at most a steps old (docs/algorithms.md#async-grpo,
+with why rlnb lets v fill target v itself where NeMo-RL does so only for the first weights).
 
-Implementation choices:
-1) A thread, not a process: torch releases the GIL inside its kernels, the weights move by a
-   plain copy, and stopping is an event. Each side sets its own torch thread count (torch's
-   intra-op thread count is per thread), so on 2 cores the two sides take one core each.
-2) The collector generates one whole target at a time (its P prompt groups in one generation
-   call, as the synchronous loop does) and adds the groups together. Target t's prompts are
-   rows t·P … (t+1)·P of the training stream, the rows the synchronous loop would train on at
-   step t: a target that is lost (in flight at a stop or a checkpoint) is generated again from
-   the same rows, so no prompt is skipped or trained twice.
-3) The trainer holds ``weights_lock`` while its optimizer changes the weights; the collector
-   takes it to copy them (a refit), so it never copies half an update. It refits only between
-   generation calls (NeMo-RL's default, ``in_flight_weight_updates=false``).
-4) Stopping sets an event that also ends a generation in progress after its next token (HF
-   backend); the thread is joined. An exception on the collector's side is kept and raised in
-   the trainer's thread the next time it waits for data; up to ``max_generation_failures``
-   failed generations in a row are retried first.
-5) When the buffer has no room for a target the collector backs off (10 ms, ×1.5 each time,
-   NeMo-RL's schedule) instead of spinning.
-6) A departure from NeMo-RL's targets: weights v fill targets v … v + a, not v + 1 … v + a
-   (NeMo-RL allows v itself only for the initial weights). The trainer can finish two steps
-   while the collector generates one target, so the collector's next weights may skip a
-   version; under NeMo-RL's rule target v would then have no weights left to fill it, and the
-   trainer would wait for it forever. Weights v are valid for step v (age 0), so nothing else
-   changes: in the steady state target v is already complete when weights v arrive.
+Implementation choices (the details: docs/algorithms.md#the-collector-thread):
+1) A thread, not a process: torch releases the GIL in its kernels and the weights move by a
+   copy. Each side sets its own torch thread count, so on 2 cores each takes one.
+2) One whole target per generation call: target t's prompts are the rows the synchronous loop
+   trains on at step t, so a target lost in flight is generated again from the same rows.
+3) ``weights_lock``: the collector never copies half an optimizer step; it refits only between
+   generation calls.
+4) Stopping is an event that also ends a generation in progress; an error on the collector's
+   side is raised in the trainer's thread (after ``max_generation_failures`` retries).
+5) No room in the buffer: back off (10 ms, x1.5 each time, NeMo-RL's schedule).
 """
 
 from __future__ import annotations
 
 import collections
-import copy
 import os
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from pydantic import Field, model_validator
 
 from rlnb.algorithms.replay_buffer import AsyncGRPOConfig, ReplayBuffer, replay_buffer_capacity
+from rlnb.engine.batch_join import concat_rollouts, rollout_to_dict
 from rlnb.engine.batches import RolloutBatch
-from rlnb.engine.models.generation import GenerationConfig, HFGenerationBackend
-from rlnb.engine.trainers.dynamic_sampling import concat_rollouts
+from rlnb.engine.trainers.rollout import RolloutInputs, sample_and_score, shape_metrics
 
 
 class AsyncLoopConfig(AsyncGRPOConfig):
@@ -101,28 +87,35 @@ class CollectorStopped(RuntimeError):
 class TrajectoryCollector:
     """Fills a ``ReplayBuffer`` from a background thread (see the module docstring).
 
+    What the thread reads is given here and nothing else: it never touches the trainer.
+
     Args:
-        trainer: the async trainer (its task, environment, prompt stream and config are read).
+        loop: the ``grpo`` config section (sizes and ``async_grpo``; read, never changed).
+        inputs: what sampling and scoring read (``rollout.RolloutInputs``, with a tokenizer of
+            the collector's own: a fast tokenizer used from two threads at once can fail).
+        rows_at: ``rows_at(start, n)``, rows ``start .. start + n`` of the training stream,
+            this rank's share (``Trainer.prompt_rows_at``).
+        local_prompts: how many of a step's P prompts are this rank's.
         generator: a backend with weights of its own (``can_refit``).
         policy_model: the module whose weights the collector copies at a refit.
         buffer: the replay buffer (possibly restored from a checkpoint).
         version: the policy version of the weights the generator holds now.
     """
 
-    def __init__(self, trainer, generator, policy_model, buffer: ReplayBuffer, *,
-                 version: int, tokenizer=None):
-        cfg = trainer.loop_config
-        self.trainer, self.generator, self.policy_model = trainer, generator, policy_model
-        self.tokenizer = tokenizer
+    def __init__(self, loop, inputs: RolloutInputs, rows_at: Callable[[int, int], list],
+                 local_prompts: int, generator, policy_model, buffer: ReplayBuffer, *,
+                 version: int):
+        self.inputs, self.rows_at = inputs, rows_at
+        self.generator, self.policy_model = generator, policy_model
         self.buffer = buffer
-        self.max_age = cfg.async_grpo.max_trajectory_age_steps
-        self.max_failures = cfg.async_grpo.max_generation_failures
-        self.threads = cfg.async_grpo.threads()[0]
-        self.num_prompts = cfg.num_prompts_per_step  # P: a target's rows in the stream
-        self.local_prompts = len(trainer.dist.shard(list(range(self.num_prompts))))  # this rank's
-        self.generations = cfg.num_generations_per_prompt
+        self.max_age = loop.async_grpo.max_trajectory_age_steps
+        self.max_failures = loop.async_grpo.max_generation_failures
+        self.threads = loop.async_grpo.threads()[0]
+        self.num_prompts = loop.num_prompts_per_step  # P: a target's rows in the stream
+        self.local_prompts = local_prompts
+        self.generations = loop.num_generations_per_prompt
         self.version = version  # the weights the generator holds
-        self.latest = version  # the newest weights the trainer published
+        self.latest = version  # the newest weights the trainer has
         self.cond = threading.Condition()  # guards the buffer, versions, error, counters
         self.weights_lock = threading.Lock()  # held by the trainer while weights change
         self.generation_lock = threading.Lock()  # held while the generator samples or refits
@@ -168,8 +161,9 @@ class TrajectoryCollector:
                               stacklevel=2)
             self.thread = None
 
-    def publish(self, version: int) -> None:
-        """The trainer's weights are now ``version`` (called after each optimizer step)."""
+    def request_refit(self, version: int) -> None:
+        """The trainer's weights are now ``version`` (after each optimizer step): the collector
+        refits before its next generation."""
         with self.cond:
             self.latest = version
             self.cond.notify_all()
@@ -226,7 +220,7 @@ class TrajectoryCollector:
         """Load the trainer's newest weights into the generator (between generations)."""
         with self.generation_lock, self.weights_lock:
             latest = self.latest
-            self.generator.refresh_weights(self.policy_model)
+            self.generator.refit(self.policy_model)
         with self.cond:
             self.version = latest
             self.refits += 1
@@ -240,7 +234,7 @@ class TrajectoryCollector:
                 if self.latest > self.version:
                     self.refit()
                 with self.cond:
-                    target = self.buffer.next_target(  # choice 6: targets v … v + a
+                    target = self.buffer.next_target(  # targets v … v + a (module docstring)
                         self.version, initial_weight_version=self.version,
                         max_trajectory_age_steps=self.max_age,
                         num_prompts_per_step=self.local_prompts)
@@ -286,18 +280,14 @@ class TrajectoryCollector:
 
     def _generate(self, target: int, version: int) -> list[RolloutBatch] | None:
         """Target ``target``'s P groups, sampled with weights ``version`` (None if stopped)."""
-        from rlnb.engine.trainers.rollout import sample_and_score, shape_metrics
-
-        t = self.trainer
-        rows = t.prompt_rows_at(target * self.num_prompts, self.num_prompts)  # choice 2
+        rows = self.rows_at(target * self.num_prompts, self.num_prompts)  # choice 2
         with self.generation_lock:
-            batch = sample_and_score(t, self.generator, rows, self.generations, target,
-                                     tokenizer=self.tokenizer)
+            batch = sample_and_score(self.inputs, self.generator, rows, self.generations, target)
         if self.stop_event.is_set():
             return None
         batch.weight_version = version
         batch.weight_versions = torch.full((len(batch),), version, dtype=torch.long)
-        pad = (self.tokenizer or t.policy.tokenizer).pad_token_id
+        pad = self.inputs.tokenizer.pad_token_id
         groups = []
         for g in range(len(rows)):
             group = concat_rollouts([batch], (batch.group == g).nonzero().flatten(), pad)
@@ -305,40 +295,6 @@ class TrajectoryCollector:
             group.metrics.update(shape_metrics(group))  # the group's own lengths
             groups.append(group)
         return groups
-
-
-# ---------------------------------------------------------------------------------- generators
-class HFCopyGenerationBackend(HFGenerationBackend):
-    """``HFGenerationBackend`` on a private copy of the policy's weights, reloaded by
-    ``refresh_weights``: the async loop's collector samples with it while the policy trains."""
-
-    shares_policy_weights = False
-    can_refit = True
-
-    def __init__(self, model, tokenizer, config: GenerationConfig, max_prompt_length=None):
-        # the tokenizer too: a fast tokenizer used from two threads at once can fail
-        super().__init__(copy.deepcopy(model), copy.deepcopy(tokenizer), config,
-                         max_prompt_length)
-        self.model.requires_grad_(False)
-
-    @torch.no_grad()
-    def refresh_weights(self, model: torch.nn.Module) -> None:
-        """Copy ``model``'s parameters and buffers into the private copy."""
-        for dst, src in zip(self.model.state_dict().values(), model.state_dict().values(),
-                            strict=True):
-            dst.copy_(src)
-        self.weight_version += 1
-
-
-# ---------------------------------------------------------------------------------- checkpoints
-def rollout_to_dict(batch: RolloutBatch) -> dict[str, Any]:
-    """A ``RolloutBatch`` as plain data (tensors, lists, dicts) for ``torch.save``."""
-    return {name: getattr(batch, name) for name in RolloutBatch.__dataclass_fields__}
-
-
-def rollout_from_dict(data: dict[str, Any]) -> RolloutBatch:
-    """Inverse of ``rollout_to_dict``."""
-    return RolloutBatch(**data)
 
 
 def new_buffer(loop_config) -> ReplayBuffer:

@@ -19,8 +19,7 @@ from typing import Any
 
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
 from rlnb.config import apply_overrides, flatten, parse_config
-from rlnb.engine.trainers.base import needs_reference
-from rlnb.engine.trainers.grpo import OVERRIDE_ALIASES
+from rlnb.engine.trainers.loop_config import OVERRIDE_ALIASES, needs_reference
 
 RECONFIGURABLE = (
     "loss_fn.", "grpo.adv_estimator.", "grpo.normalize_rewards",

@@ -3,48 +3,59 @@
 ``AsyncGRPOTrainer``.
 
     trainer = make_trainer(rlnb.load_config("configs/tiny.yaml"))
+
+``LOOPS`` is the registry: each loop's trainer, the config sections that belong to it alone
+(another loop's sections are refused when a config loads) and, for a loop whose section can
+switch generation to run ahead of training, its asynchronous trainer.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rlnb.algorithms.checks import choose
+from rlnb.engine.trainers.async_grpo import AsyncGRPOTrainer
+from rlnb.engine.trainers.grpo import GRPOTrainer
+from rlnb.engine.trainers.ppo import PPOTrainer
 
 
-def _grpo():
-    from rlnb.engine.trainers.grpo import GRPOTrainer
+@dataclass(frozen=True)
+class LoopSpec:
+    """One loop: its trainer class, its own config sections (the first one is the loop's
+    ``LoopConfig``) and the trainer used when that section's ``asynchronous`` is true."""
 
-    return GRPOTrainer
-
-
-def _ppo():
-    from rlnb.engine.trainers.ppo import PPOTrainer
-
-    return PPOTrainer
-
-
-def _async_grpo():
-    from rlnb.engine.trainers.async_grpo import AsyncGRPOTrainer
-
-    return AsyncGRPOTrainer
+    trainer: type
+    sections: tuple[str, ...]
+    async_trainer: type | None = None
 
 
 def make_trainer(config, **kwargs):
     """The trainer of the loop ``config`` names (``config.algorithm``, default ``grpo``; GRPO
     with ``grpo.async_grpo.enabled`` is the async loop)."""
     name = getattr(config, "algorithm", "grpo")
-    if name == "grpo" and should_use_async_rollouts(config):
-        return _async_grpo()(config, **kwargs)
-    return choose(TRAINERS, name, "training loop (algorithm)")()(config, **kwargs)
+    spec = choose(LOOPS, name, "training loop (algorithm)")
+    if should_use_async_rollouts(config):
+        return spec.async_trainer(config, **kwargs)
+    return spec.trainer(config, **kwargs)
 
 
 def should_use_async_rollouts(config) -> bool:
     """Whether the run generates asynchronously to training (NeMo-RL's
-    ``_should_use_async_rollouts``): GRPO with ``grpo.async_grpo.enabled``."""
-    grpo = getattr(config, "grpo", None)
-    return grpo is not None and grpo.async_grpo.enabled
+    ``_should_use_async_rollouts``): a loop section with ``asynchronous`` set (GRPO with
+    ``grpo.async_grpo.enabled``)."""
+    spec = LOOPS.get(getattr(config, "algorithm", "grpo"))
+    section = getattr(config, spec.sections[0], None) if spec else None
+    return spec is not None and spec.async_trainer is not None and section is not None \
+        and section.asynchronous
 
 
-# name -> a function returning the trainer class (imported on use: each loop loads its own parts)
-TRAINERS = {"grpo": _grpo, "ppo": _ppo}
-# name -> the config sections that belong to that loop alone (the others' must be absent)
-LOOP_SECTIONS = {"grpo": ("grpo",), "ppo": ("ppo", "value", "value_loss_fn")}
+def loop_sections() -> dict[str, tuple[str, ...]]:
+    """loop name -> the config sections that belong to it alone."""
+    return {name: spec.sections for name, spec in LOOPS.items()}
+
+
+# the registry (name -> LoopSpec): the config's `algorithm` and its sections are checked here
+LOOPS: dict[str, LoopSpec] = {
+    "grpo": LoopSpec(GRPOTrainer, ("grpo",), async_trainer=AsyncGRPOTrainer),
+    "ppo": LoopSpec(PPOTrainer, ("ppo", "value", "value_loss_fn")),
+}

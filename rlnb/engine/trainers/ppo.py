@@ -36,89 +36,53 @@ Implementation choices:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from rlnb.algorithms.gae import PPOAdvEstimatorConfig, gae_advantages, make_ppo_advantage_estimator
+from rlnb.algorithms.estimators import make_ppo_advantage_estimator
+from rlnb.algorithms.gae import PPOAdvEstimatorConfig, gae_advantages
+from rlnb.algorithms.masked import masked_stats
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
-from rlnb.algorithms.rewards import RewardScalingConfig, RewardShapingConfig
 from rlnb.algorithms.value_loss import MseValueLossFn, explained_variance
-from rlnb.config import Config, parse_config
+from rlnb.config import parse_config
 from rlnb.engine.batches import AdvantageBatch, RolloutBatch, StepMetrics, UpdateResult
 from rlnb.engine.models.value import ValueModel, value_body
+from rlnb.engine.timing import timer
 from rlnb.engine.trainers.base import Trainer, expect_batch
-from rlnb.engine.trainers.rollout import (
-    filtered_sample_mask,
-    sample_rollout,
-    shaped_rewards,
-    timer,
-)
-
-GROUP_ESTIMATORS = ("grpo", "gdpo", "reinforce_plus_plus", "opd")
+from rlnb.engine.trainers.loop_config import LoopConfig, registered_estimator
+from rlnb.engine.trainers.rollout import filtered_sample_mask, shaped_rewards
 
 
 class PPOEstimatorConfig(PPOAdvEstimatorConfig):
-    """``ppo.adv_estimator``: ``gae`` or ``raw_reward`` (``rlnb.algorithms.gae``)."""
+    """``ppo.adv_estimator``: one of the registered PPO-loop estimators."""
 
-    @field_validator("name", mode="before")
-    @classmethod
-    def _not_a_group_estimator(cls, name: Any) -> Any:
-        if name in GROUP_ESTIMATORS:
-            raise ValueError(f"{name!r} is a group estimator of GRPO's loop; PPO takes 'gae' or "
-                             "'raw_reward' (NeMo-RL's PPO refuses group estimators too)")
-        return name
-
-    @property
-    def use_leave_one_out_baseline(self) -> bool:
-        """Dynamic sampling (``rollout.py``) filters by the per-prompt reward std with the GRPO
-        estimator's leave-one-out flag; PPO has none: the plain group std."""
-        return False
+    _registered = registered_estimator("ppo")
 
 
-class PPOConfig(Config):
-    """``ppo``: the loop (NeMo-RL's ``PPOConfig`` keys; sizes as ``grpo``'s CPU default)."""
+class PPOConfig(LoopConfig):
+    """``ppo``: the loop (NeMo-RL's ``PPOConfig`` keys; sizes as ``grpo``'s CPU default); the
+    keys every loop shares are ``LoopConfig``'s."""
 
-    num_prompts_per_step: int = Field(16, ge=1, strict=True, description="P: prompts per step.")
-    num_generations_per_prompt: int = Field(16, ge=1, strict=True,
-                                            description="G: responses per prompt.")
+    loop = "ppo"
+    section = "ppo"
+
+    skip_reference_policy_logprobs_calculation: bool = Field(
+        True, description="No reference model (NeMo-RL's PPO default); needs β = 0.")
     max_num_epochs: int | None = Field(
         None, description="Passes over the data; rlnb's tasks stream rows without epochs, so "
         "only null (no limit) is accepted.")
-    max_num_steps: int = Field(200, ge=0, strict=True, description="Training steps.")
-    max_rollout_turns: int = Field(1, ge=1, description="Assistant turns per conversation.")
-    val_period: int = Field(10, ge=0, description="Validate every k steps (0: never).")
     val_batch_size: int | None = Field(
         None, ge=1, description="Prompts per validation batch; rlnb validates in one batch, so "
         "null or >= max_val_samples.")
-    val_at_start: bool = Field(True, description="Validate before the first step.")
-    val_at_end: bool = Field(True, description="Validate after the last step.")
-    max_val_samples: int = Field(200, ge=1, description="Held-out prompts per validation.")
-    val_num_generations_per_prompt: int = Field(1, ge=1, description="k for pass@k.")
-    skip_reference_policy_logprobs_calculation: bool = Field(
-        True, description="No reference model (NeMo-RL's PPO default); needs β = 0.")
-    seed: int = Field(0, description="Seeds model init, data order and sampling.")
-    overlong_filtering: bool = Field(False, description="Drop truncated responses from the loss.")
-    use_dynamic_sampling: bool = Field(False, description="DAPO: keep only groups with signal.")
-    dynamic_sampling_max_gen_batches: int = Field(10, ge=1, description="Give up after this.")
-    batch_multiplier: float = Field(1.0, ge=1, description="Prompts per generation batch factor.")
     ppo_epochs: int = Field(4, ge=1, description="Passes (critic, then actor) over each batch.")
-    reward_scaling: RewardScalingConfig = Field(default_factory=RewardScalingConfig)
-    reward_shaping: RewardShapingConfig = Field(default_factory=RewardShapingConfig)
     adv_estimator: PPOEstimatorConfig = Field(default_factory=PPOEstimatorConfig)
     policy_training_start_step: int = Field(
         0, ge=0, description="Critic warm-up: only the critic trains before this step.")
-    seq_logprob_error_threshold: float | None = Field(
-        None, gt=0, description="Mask rows whose mean exp|log π_gen - log π_old| exceeds it.")
-    reuse_generation_logprobs: bool | Literal["auto"] = Field(
-        "auto", description="rlnb extra: prev_logprobs from generation, as grpo's ('auto': true "
-        "with the hf backend, decided when the config loads).")
 
     @model_validator(mode="after")
     def _consistent(self) -> PPOConfig:
-        if self.batch_multiplier != 1 and not self.use_dynamic_sampling:
-            raise ValueError("ppo.batch_multiplier != 1 needs ppo.use_dynamic_sampling")
         if self.max_num_epochs is not None:
             raise ValueError(f"ppo.max_num_epochs={self.max_num_epochs}: rlnb's tasks stream "
                              "rows without epoch boundaries; use ppo.max_num_steps (set it null)")
@@ -145,7 +109,7 @@ class PPOAdvantageBatch(AdvantageBatch):
     returns: torch.Tensor | None = None
 
     def train_data(self) -> dict[str, torch.Tensor]:
-        """The actor's data (seed keys), with ``rewards`` (VAPO's NLL reads it)."""
+        """The actor's data (NeMo-RL's keys), with ``rewards`` (VAPO's NLL reads it)."""
         return {**super().train_data(), "rewards": self.rewards}
 
     def critic_data(self) -> dict[str, torch.Tensor]:
@@ -186,10 +150,6 @@ class PPOTrainer(Trainer):
     loop_section = "ppo"
 
     def __init__(self, config, *, policy=None, task=None, accelerator=None, critic=None):
-        if hasattr(config, "policy") and getattr(config, "ppo", None) is None:
-            raise ValueError(f"PPOTrainer needs a config with algorithm: ppo (its ppo, value and "
-                             f"value_loss_fn sections); this one has algorithm: "
-                             f"{getattr(config, 'algorithm', 'grpo')!r}")
         super().__init__(config, policy=policy, task=task, accelerator=accelerator)
         value_body(self.policy.model)  # fail now, not at the first step, if there is no body
         self.value_loss_fn = MseValueLossFn(config.value_loss_fn)
@@ -209,9 +169,7 @@ class PPOTrainer(Trainer):
         return {"value": (c.model, c.optimizer, c.scheduler)}
 
     # ------------------------------------------------------------------ stage 1: rollout
-    def rollout(self, rows: list[dict[str, Any]] | None = None) -> RolloutBatch:
-        """Stage 1: P prompts x G responses, rewards, π_old (and π_ref) log-probs."""
-        return sample_rollout(self, rows)
+    # (the Trainer base's: every loop samples the same way)
 
     # ------------------------------------------------------------------ stage 2: values
     def compute_values(self, batch: RolloutBatch) -> torch.Tensor:
@@ -275,7 +233,7 @@ class PPOTrainer(Trainer):
         expect_batch(batch, PPOAdvantageBatch, "PPOTrainer.update_policy")
         result = self._policy_pass(batch, dry_run, loss_fn)
         if not dry_run:
-            self.publish_weights()
+            self.refit()
         return result
 
     def update(self, batch: PPOAdvantageBatch, *, dry_run: bool = False) -> PPOUpdateResult:
@@ -305,7 +263,7 @@ class PPOTrainer(Trainer):
                 toks * passes / max(actor_s, 1e-9) / self.dist.world_size)
         if not dry_run:
             if actor is not None:
-                self.publish_weights()
+                self.refit()
                 self.total_valid_tokens += int(actor.metrics.get("train/global_valid_toks", 0))
             self.step_count += 1
         return PPOUpdateResult(self.step_count, dry_run, metrics)
@@ -324,13 +282,3 @@ class PPOTrainer(Trainer):
         rollout.metrics["timing/train/value_inference"] = t_values()
         advantages = self.compute_advantages(rollout, values)
         return self.record_step(rollout, advantages, self.update(advantages), elapsed())
-
-
-
-def masked_stats(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """``{prefix}/mean``, ``/max``, ``/min`` of ``x [B, S]`` over ``mask > 0`` (0 if empty)."""
-    valid = x[mask > 0]
-    if not valid.numel():
-        return {f"{prefix}/mean": 0.0, f"{prefix}/max": 0.0, f"{prefix}/min": 0.0}
-    return {f"{prefix}/mean": float(valid.mean()), f"{prefix}/max": float(valid.max()),
-            f"{prefix}/min": float(valid.min())}

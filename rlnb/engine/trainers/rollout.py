@@ -1,27 +1,27 @@
-"""The rollout stage every loop shares: sample, score, log-probs; dynamic sampling on top.
+"""The rollout stage every loop shares: sample, score, log-probs.
 
     rows -> prompts (x G) -> generator -> responses -> environment -> rewards
          -> log π_old (and log π_ref) of every generated token        = RolloutBatch
 
 Implementation choices:
-1) One function for single- and multi-turn rollouts: with ``max_rollout_turns > 1`` the
+1) What sampling and scoring read is one frozen value, ``RolloutInputs`` (the task, the
+   environment, a tokenizer, the length limits): nothing training changes, so the async loop's
+   collector thread samples with its own copy while the trainer trains.
+2) One function for single- and multi-turn rollouts: with ``max_rollout_turns > 1`` the
    environment answers between turns (``multiturn.sample_conversations``) and ``token_mask``
    marks only generated tokens; everything after that is the same.
-2) The previous-policy and reference log-probs are computed right away, so a ``RolloutBatch``
-   is complete: a replay after an update still uses the log-probs of the policy that generated
-   it. ``reuse_generation_logprobs`` takes them from the generator instead when it sampled with
-   the policy's own weights (they agree to ~1e-6; a KV-cache vs full-pass rounding). Its
-   default, ``auto``, is decided when the config loads (``resolve_logprob_reuse``): reuse with
-   the hf backend in float32 in a synchronous loop; recompute in bfloat16, with vLLM (its
-   kernels' log-probs differ slightly) or under async GRPO (the collector samples with older
-   weights). The decision is written into the resolved config, so a resumed or verified run
-   makes the same one.
-3) Dynamic sampling (DAPO) generates, so it is part of this stage (``dynamic_sampling.py``).
+3) The previous-policy and reference log-probs are computed right away (``add_logprobs``), so a
+   ``RolloutBatch`` is complete: a replay after an update still uses the log-probs of the policy
+   that generated it. With ``reuse_generation_logprobs`` (decided when the config loads:
+   ``loop_config.py``) they are the generator's own, which agree with a second forward to ~1e-6.
+4) A batch's ``weight_version`` is the policy version (training steps done) whose weights
+   sampled it: the step it was sampled at here, the collector's weights in the async loop.
+5) Dynamic sampling (DAPO) generates several batches and joins them: ``dynamic_sampling.py``.
 """
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,75 +31,48 @@ from rlnb.algorithms.rewards import scale_rewards, shape_rewards
 from rlnb.engine.batches import RolloutBatch
 from rlnb.engine.environments.base import check_rewards
 from rlnb.engine.environments.multiturn import sample_conversations
+from rlnb.engine.environments.tasks import format_prompt
+from rlnb.engine.timing import timer
 
 
-def timer():
-    """``elapsed = timer(); ...; elapsed()`` -> seconds since the call."""
-    start = time.perf_counter()
-    return lambda: time.perf_counter() - start
+@dataclass(frozen=True)
+class RolloutInputs:
+    """What sampling and scoring read (choice 1); ``Trainer.rollout_inputs()`` builds one.
+
+    Attributes:
+        task: scores responses (``Task.score``); env: steps multi-turn conversations (the task
+            itself when single-turn).
+        tokenizer: formats and tokenises prompts (the collector's own copy in the async loop).
+        chat_template: wrap each prompt in the tokenizer's chat template.
+        max_rollout_turns, max_new_tokens, max_total_length, max_prompt_length: the limits
+            (``grpo.max_rollout_turns``, ``policy.generation.max_new_tokens``,
+            ``policy.max_total_sequence_length``, their difference).
+    """
+
+    task: Any
+    env: Any
+    tokenizer: Any
+    chat_template: bool
+    max_rollout_turns: int
+    max_new_tokens: int
+    max_total_length: int
+    max_prompt_length: int
 
 
-def resolve_logprob_reuse(loop, policy, section: str) -> bool:
-    """Decide ``<section>.reuse_generation_logprobs`` (choice 2), write the decision into ``loop``
-    and return it. ``auto`` becomes true only where the backend (``policy.generation.backend``)
-    samples with the policy's own module, in float32 (in bfloat16 a KV-cache step and a full
-    pass round differently enough to matter), in a synchronous loop; an explicit true is
-    refused where the generator's weights are not the policy's, naming the key (before any
-    engine starts: this runs when the config loads)."""
-    from rlnb.engine.models.generation import GENERATION_BACKENDS
-
-    asynchronous = getattr(getattr(loop, "async_grpo", None), "enabled", False)
-    backend = policy.generation.backend
-    shares = GENERATION_BACKENDS[backend].shares_policy_weights
-    if loop.reuse_generation_logprobs == "auto":
-        loop.reuse_generation_logprobs = (shares and not asynchronous
-                                          and policy.precision == "float32")
-    elif loop.reuse_generation_logprobs and asynchronous:
-        raise ValueError(
-            f"{section}.reuse_generation_logprobs=true with {section}.async_grpo.enabled=true: "
-            "the collector samples with older weights than the policy being trained (set it to "
-            "auto or false)")
-    elif loop.reuse_generation_logprobs and not shares:
-        raise ValueError(
-            f"{section}.reuse_generation_logprobs=true needs a generation backend that samples "
-            f"with the policy's own weights; policy.generation.backend={backend!r} does not (its "
-            "log-probs differ slightly from the policy's): set it to auto or false")
-    return loop.reuse_generation_logprobs
-
-
-def logprob_source(loop) -> str:
-    """One line naming where ``prev_logprobs`` come from, for a run's first lines."""
-    if loop.reuse_generation_logprobs is True:
-        return ("prev_logprobs: the generator's own (it samples with the policy's weights; "
-                "reuse_generation_logprobs=true)")
-    return ("prev_logprobs: recomputed by the policy after generation "
-            "(reuse_generation_logprobs=false)")
-
-
-def generate_and_score(trainer, rows: list[dict[str, Any]], generations: int, step: int
-                       ) -> RolloutBatch:
-    """Sample ``generations`` responses per row, score them, compute their log-probs."""
-    return add_logprobs(trainer, sample_and_score(trainer, trainer.generator, rows, generations,
-                                                  step))
-
-
-def sample_and_score(trainer, generator, rows: list[dict[str, Any]], generations: int, step: int,
-                     tokenizer=None) -> RolloutBatch:
+def sample_and_score(inputs: RolloutInputs, generator, rows: list[dict[str, Any]],
+                     generations: int, step: int) -> RolloutBatch:
     """Sample ``generations`` responses per row with ``generator`` and score them: a
     ``RolloutBatch`` whose ``prev_logprobs`` and ``reference_logprobs`` are None (they need the
-    policy: ``add_logprobs``). The async collector calls this from its own thread, with its own
-    generator and tokenizer; it reads nothing else of the trainer that training changes."""
-    tokenizer = tokenizer or trainer.policy.tokenizer
+    policy: ``add_logprobs``)."""
     rep_rows = [r for r in rows for _ in range(generations)]
-    prompts = [trainer.format_prompt(r, tokenizer) for r in rep_rows]
-    loop, p = trainer.loop_config, trainer.config.policy
+    prompts = [format_prompt(r, inputs.tokenizer, inputs.chat_template) for r in rep_rows]
     extra: dict[str, float] = {}
-    if loop.max_rollout_turns > 1:  # prompt | turn | observation | turn ... (multiturn.py)
+    if inputs.max_rollout_turns > 1:  # prompt | turn | observation | turn ... (multiturn.py)
         conv = sample_conversations(
-            generator, trainer.env, tokenizer, prompts, rep_rows,
-            max_turns=loop.max_rollout_turns, max_new_tokens=p.generation.max_new_tokens,
-            max_total_length=p.max_total_sequence_length,
-            max_prompt_length=trainer.max_prompt_length,
+            generator, inputs.env, inputs.tokenizer, prompts, rep_rows,
+            max_turns=inputs.max_rollout_turns, max_new_tokens=inputs.max_new_tokens,
+            max_total_length=inputs.max_total_length,
+            max_prompt_length=inputs.max_prompt_length,
         )
         gens, rewards, generated = conv.generations, conv.rewards, conv.token_mask
         t_gen, t_reward = conv.seconds_generation, conv.seconds_environment
@@ -110,7 +83,7 @@ def sample_and_score(trainer, generator, rows: list[dict[str, Any]], generations
         t_gen = elapsed()
         elapsed = timer()
         rewards = check_rewards(
-            trainer.task.score(prompts, gens.texts, rep_rows), len(prompts), trainer.task.name)
+            inputs.task.score(prompts, gens.texts, rep_rows), len(prompts), inputs.task.name)
         t_reward = elapsed()
         generated = gens.response_mask.float()
     input_ids = torch.cat([gens.prompt_ids, gens.response_ids], dim=1)  # [B, S]
@@ -127,7 +100,7 @@ def sample_and_score(trainer, generator, rows: list[dict[str, Any]], generations
         generation_logprobs=gen_lp, prev_logprobs=None, reference_logprobs=None,
         rewards=rewards.total.float(), reward_components=dict(rewards.components),
         correct=rewards.correct.bool(), truncated=gens.truncated, response_lengths=lengths,
-        weight_version=gens.weight_version,
+        weight_version=step,  # choice 4
     )
     batch.metrics = {"timing/train/generation": t_gen, "timing/train/reward_calculation": t_reward,
                      **shape_metrics(batch), **extra}
@@ -148,17 +121,18 @@ def shape_metrics(batch: RolloutBatch) -> dict[str, float]:
     }
 
 
-def add_logprobs(trainer, batch: RolloutBatch) -> RolloutBatch:
-    """Fill ``batch.prev_logprobs`` (the policy's current log-probs of every generated token)
-    and ``reference_logprobs`` (when the run keeps a reference), in place; returns it."""
-    loop, elapsed = trainer.loop_config, timer()
-    if getattr(loop, "reuse_generation_logprobs", False) is True:  # never an unresolved 'auto'
-        batch.prev_logprobs = batch.generation_logprobs * batch.token_mask  # choice 2
+def add_logprobs(policy, batch: RolloutBatch, *, reuse: bool, reference: bool) -> RolloutBatch:
+    """Fill ``batch.prev_logprobs`` (the policy's log-probs of every generated token, or the
+    generator's own with ``reuse``: choice 3) and, with ``reference``, ``reference_logprobs``,
+    in place; returns it."""
+    elapsed = timer()
+    if reuse:
+        batch.prev_logprobs = batch.generation_logprobs * batch.token_mask
     else:
-        batch.prev_logprobs = trainer.policy.logprobs(
+        batch.prev_logprobs = policy.logprobs(
             batch.input_ids, batch.attention_mask) * batch.token_mask
-    if trainer.need_reference:
-        batch.reference_logprobs = trainer.policy.logprobs(
+    if reference:
+        batch.reference_logprobs = policy.logprobs(
             batch.input_ids, batch.attention_mask, reference=True) * batch.token_mask
     batch.metrics["timing/train/policy_and_reference_logprobs"] = elapsed()
     return batch
@@ -177,32 +151,16 @@ def shaped_rewards(loop, rewards, components, truncated, lengths):
     return rewards, components
 
 
-def sample_rollout(trainer, rows: list[dict[str, Any]] | None = None) -> RolloutBatch:
-    """P prompts x G responses (dynamic sampling if enabled), with the reward metrics."""
-    loop = trainer.loop_config
-    elapsed = timer()
-    if loop.use_dynamic_sampling:  # it logs the signal of every group it generated
-        from rlnb.engine.trainers.dynamic_sampling import dynamic_sampling_rollout
-
-        batch = dynamic_sampling_rollout(trainer, rows)
-    else:
-        batch = generate_and_score(trainer, rows or trainer.next_prompt_rows(),
-                                   loop.num_generations_per_prompt, trainer.step_count)
-    batch.metrics["timing/train/rollout"] = elapsed()
-    batch.metrics.update(outcome_metrics(trainer, batch,
-                                         signal=not loop.use_dynamic_sampling))
-    return batch
-
-
-def outcome_metrics(trainer, batch: RolloutBatch, signal: bool = True) -> dict[str, float]:
-    """The rewards' mean and spread over ranks, response lengths by outcome and (``signal``) the
-    fraction of groups with signal, of the batch a step trains on."""
-    out = {**reward_metrics(trainer, batch.rewards),
+def outcome_metrics(dist, batch: RolloutBatch, signal: bool = True) -> dict[str, float]:
+    """The rewards' mean and spread over ranks (``dist``: the trainer's ``Distributed``),
+    response lengths by outcome and (``signal``) the fraction of groups with signal, of the
+    batch a step trains on."""
+    out = {**reward_metrics(dist, batch.rewards),
            **length_by_outcome(batch.response_lengths, batch.correct)}
     if signal:  # (dynamic sampling counts every group it generated instead)
         with_signal, groups = groups_with_signal(batch.group, batch.rewards)
         # every rank holds as many groups: the mean over ranks is the global fraction
-        out.update(trainer.dist.mean_dict({"train/groups_with_signal": with_signal / groups}))
+        out.update(dist.mean_dict({"train/groups_with_signal": with_signal / groups}))
     return out
 
 
@@ -229,10 +187,10 @@ def length_by_outcome(response_lengths: torch.Tensor, correct: torch.Tensor
     return out
 
 
-def reward_metrics(trainer, rewards: torch.Tensor) -> dict[str, float]:
+def reward_metrics(dist, rewards: torch.Tensor) -> dict[str, float]:
     """``train/reward`` and ``train/reward_std`` of ``[B]`` raw rewards, over all ranks."""
     r = rewards.double()
-    moments = trainer.dist.mean_dict({"r": float(r.mean()), "r2": float((r * r).mean())})
+    moments = dist.mean_dict({"r": float(r.mean()), "r2": float((r * r).mean())})
     return {"train/reward": moments["r"],
             "train/reward_std": max(moments["r2"] - moments["r"] ** 2, 0.0) ** 0.5}
 

@@ -43,7 +43,8 @@ from pydantic import Field
 
 from rlnb.algorithms.preference import nll_loss
 from rlnb.config import Config
-from rlnb.engine.models.generation import tokenize_prompts
+from rlnb.engine.models.backend import tokenize_prompts
+from rlnb.engine.trainers.rollout import sample_and_score
 
 
 class SFTConfig(Config):
@@ -89,14 +90,21 @@ def warm_start_key(trainer, cfg: SFTConfig) -> str:
 WEIGHT_CODE = (
     "rlnb.engine.trainers.warm_start",  # the SFT loop, its batches and its stop rule
     "rlnb.engine.trainers.base",  # builds the policy and the generator, formats prompts
-    "rlnb.engine.trainers.rollout",  # generate_and_score: the probe accuracy
+    "rlnb.engine.trainers.rollout",  # sample_and_score: the probe accuracy
     "rlnb.engine.models.tiny",  # the embedded model's tokenizer and initial weights
     "rlnb.engine.models.policy",  # model loading, forward_logprobs, sync_reference
-    "rlnb.engine.models.generation",  # prompt tokenisation, the generation backends
+    "rlnb.engine.models.generation",  # the generation backends by name
+    "rlnb.engine.models.backend",  # prompt tokenisation, response masks
+    "rlnb.engine.models.hf_backend",  # the hf backend
+    "rlnb.engine.models.hf_generate",  # its sampler: generate path
     "rlnb.engine.models.sampler",  # the lean sampler the hf backend draws with
     "rlnb.engine.models.vllm_backend",  # the sampler under policy.generation.backend=vllm
+    "rlnb.engine.models.vllm_engine",  # its engine's settings
     "rlnb.engine.environments.base",  # reward checks
-    "rlnb.engine.environments.tasks",  # the rows, prompts and their scoring
+    "rlnb.engine.environments.tasks",  # the task registry, prompts
+    "rlnb.engine.environments.generated",  # addition: its rows and scoring
+    "rlnb.engine.environments.reverse",  # data.name=reverse
+    "rlnb.engine.environments.addition_think",  # data.name=addition_think
     "rlnb.engine.environments.math_task",  # data.name=math
     "rlnb.engine.environments.multiturn",  # probe rollouts with max_rollout_turns > 1
     "rlnb.algorithms.preference",  # nll_loss
@@ -176,9 +184,8 @@ def supervised_batch(tokenizer, rows: list[dict]) -> dict[str, torch.Tensor]:
 
 def sampled_accuracy(trainer, rows: list[dict]) -> float:
     """Mean reward of one sampled response per row (the generation settings of the loop)."""
-    from rlnb.engine.trainers.rollout import generate_and_score
-
-    return float(generate_and_score(trainer, rows, 1, 0).rewards.mean())
+    return float(sample_and_score(trainer.rollout_inputs(), trainer.generator, rows, 1, 0)
+                 .rewards.mean())
 
 
 def warm_start(trainer, cfg: SFTConfig, *, progress: bool = False, log=print) -> dict:

@@ -1,0 +1,170 @@
+"""A new estimator, task and generation backend, each one file plus one registry entry, written
+outside the package as a user would: they train through load_config overrides and `rlnb train`,
+and the config panel and the counterfactual comparison list the new estimator."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from tiny_config import TINY
+
+import rlnb
+from rlnb.algorithms.estimators import ADVANTAGE_ESTIMATORS
+from rlnb.engine.counterfactual import compare_estimators
+from rlnb.engine.environments.tasks import TASKS
+from rlnb.engine.models.generation import GENERATION_BACKENDS
+
+PLUGIN = textwrap.dedent('''
+    """A user's plug-ins: each is a class plus one registry call."""
+    import random
+
+    import torch
+
+    from rlnb.algorithms.advantages import GRPOAdvantageEstimator
+    from rlnb.algorithms.estimators import register_estimator
+    from rlnb.engine.environments.base import Rewards, Task
+    from rlnb.engine.environments.tasks import register_task
+    from rlnb.engine.models.generation import register_generation_backend
+    from rlnb.engine.models.hf_backend import HFGenerationBackend
+
+
+    class SignAdvantage(GRPOAdvantageEstimator):
+        """A_i = sign(r_i - mean of the group), on every token."""
+
+        def _advantages(self, prompt_ids, rewards, mask, **_):
+            groups = torch.unique(prompt_ids, dim=0, return_inverse=True)[1]  # [B]
+            mean = torch.zeros(int(groups.max()) + 1).index_add(0, groups, rewards)
+            mean = mean / torch.bincount(groups).float()
+            return torch.sign(rewards - mean[groups]).unsqueeze(-1).expand_as(mask)
+
+
+    class EchoTask(Task):
+        """"ab=" -> "ab": copy the letters before "=" (two letters from a, b, c)."""
+
+        name = "echo"
+
+        def __init__(self, num_val=16, seed=0):
+            words = [a + b for a in "abc" for b in "abc"]
+            self.val = [{"prompt": w + "=", "answer": w} for w in words[:min(num_val, 4)]]
+            self.train = [{"prompt": w + "=", "answer": w} for w in words[4:]]
+
+        def train_rows(self, n, seed=0):
+            rng = random.Random(f"echo/{seed}")
+            return [dict(rng.choice(self.train)) for _ in range(n)]
+
+        def val_rows(self, n=None):
+            return [dict(r) for r in self.val[:n]]
+
+        def score(self, prompts, responses, rows):
+            ok = [float(r.strip() == row["answer"]) for r, row in zip(responses, rows)]
+            return Rewards(total=ok, components={"correct": ok})
+
+
+    class CountingBackend(HFGenerationBackend):
+        """The hf backend, counting its generation calls (an engine of one's own)."""
+
+        calls = 0
+
+        def generate(self, prompts):
+            type(self).calls += 1
+            return super().generate(prompts)
+
+
+    register_estimator("sign", SignAdvantage)
+    register_task("echo", EchoTask)
+    register_generation_backend("counting", CountingBackend)
+''')
+NEW = ["grpo.adv_estimator.name=sign", "data.name=echo", "policy.generation.backend=counting"]
+
+
+@pytest.fixture()
+def plugin(tmp_path, monkeypatch):
+    """The plug-in module in a folder of its own, found as a user's module is (the working
+    directory); the registries are restored afterwards."""
+    (tmp_path / "my_plugins.py").write_text(PLUGIN)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RLNB_CACHE_DIR", str(tmp_path / "cache"))
+    saved = [dict(r) for r in (ADVANTAGE_ESTIMATORS, TASKS, GENERATION_BACKENDS)]
+    yield tmp_path
+    for registry, before in zip((ADVANTAGE_ESTIMATORS, TASKS, GENERATION_BACKENDS), saved):
+        registry.clear()
+        registry.update(before)
+    sys.modules.pop("my_plugins", None)
+
+
+def test_without_the_import_the_names_are_refused(plugin):
+    with pytest.raises(ValueError, match=r"grpo.adv_estimator.name: unknown advantage estimator "
+                                         r"'sign'"):
+        rlnb.load_config(None, [*TINY, NEW[0]], preset="fast")
+
+
+def test_each_plugin_trains_a_step_through_load_config(plugin):
+    config = rlnb.load_config(None, ["imports=[my_plugins]", *TINY, *NEW], preset="fast")
+    plugins = sys.modules["my_plugins"]
+    trainer = rlnb.GRPOTrainer(config)
+    assert type(trainer.task) is plugins.EchoTask
+    assert type(trainer.generator) is plugins.CountingBackend
+    before = [p.detach().clone() for p in trainer.policy.model.parameters()]
+    batch = trainer.rollout()
+    assert all(r["prompt"].endswith("=") and len(r["prompt"]) == 3 for r in batch.rows)
+    adv = trainer.compute_advantages(batch)
+    assert adv.estimator == "sign"
+    # the sign estimator's advantages, derived by hand from the batch's rewards
+    r = batch.rewards.view(4, 4)  # [P, G]
+    expected = torch.sign(r - r.mean(dim=1, keepdim=True)).flatten()  # [B]
+    assert torch.equal(adv.sequence_advantages(), expected)
+    result = trainer.update(adv)
+    assert result.step == 1 and plugins.CountingBackend.calls == 1
+    if expected.abs().sum() > 0:  # a group with signal moves the weights
+        assert any(not torch.equal(a, b) for a, b in
+                   zip(before, trainer.policy.model.parameters()))
+
+
+def test_the_panel_and_the_comparison_list_the_new_estimator(plugin):
+    from rlnb.engine.counterfactual import trainable_estimators
+
+    config = rlnb.load_config(None, ["imports=[my_plugins]", *TINY], preset="fast")
+    assert "sign" in trainable_estimators()
+    trainer = rlnb.GRPOTrainer(config)
+    batch = trainer.rollout()
+    compared = compare_estimators(trainer, batch)
+    assert list(compared) == ["grpo", "gdpo", "reinforce_plus_plus", "sign"]
+    assert not isinstance(compared["sign"], Exception)
+    pytest.importorskip("ipywidgets")
+    from rlnb.widgets.config_panel import ConfigPanel
+
+    panel = ConfigPanel(trainer)
+    assert "sign" in panel.controls["grpo.adv_estimator.name"].options
+
+
+def test_rlnb_train_with_the_plugins(plugin):
+    """`rlnb train` in a fresh process: the config's imports make the names valid there too,
+    and the run's config.yaml keeps them, so the run can be resumed."""
+    run = plugin / "run"
+    out = subprocess.run(
+        [sys.executable, "-m", "rlnb.cli", "train", "--no-progress", "--steps", "1",
+         "--run-dir", str(run), "imports=[my_plugins]", *TINY, *NEW, "sft.enabled=false",
+         "grpo.val_period=0", "checkpointing.enabled=false"],
+        capture_output=True, text=True, timeout=600, cwd=plugin)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1]
+    saved = (run / "config.yaml").read_text()
+    assert "- my_plugins" in saved and "name: sign" in saved and "name: echo" in saved
+
+
+def test_registering_something_that_is_not_one_is_refused():
+    with pytest.raises(TypeError, match="no compute_advantage"):
+        rlnb.register_estimator("x", object)
+    with pytest.raises(TypeError, match="Task subclass"):
+        from rlnb.engine.environments.tasks import register_task
+
+        register_task("x", dict)
+    with pytest.raises(TypeError, match="GenerationBackend subclass"):
+        from rlnb.engine.models.generation import register_generation_backend
+
+        register_generation_backend("x", dict)
