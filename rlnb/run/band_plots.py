@@ -1,30 +1,32 @@
-"""Plots of the findings studies (notebook 07): a metric's mean over seeds with a ±1 sd band.
+"""Band plots of an ablation: a metric's mean over seeds per arm, with a ±1 sd band.
 
-    runs = sweep_finding(FINDINGS["clip_higher"], ...)      # label -> records, one per seed
-    show(band_figure(runs, "train/approx_entropy"))
-    show(band_figure(runs, "validation/accuracy", x="wall_s"))
+    fig = band_figure(result.runs, "train/approx_entropy")            # against the step
+    fig = band_figure(result.runs, "validation/accuracy", x="wall_s")  # against training time
 
-The runs and their reductions are the run layer's (``rlnb.run.findings``); only the drawing is
-here.
+``runs`` maps an arm's label to its records, one per seed (``rlnb.run.effects``). plotly is
+imported inside the function, so ``rlnb`` imports and trains without it; ``rlnb.widgets.show``
+(or the figure's own ``show``) displays the result.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from rlnb.run.findings import curves_frame
+from rlnb.run.effects import curves_frame
 
 X_TITLES = {"step": "training step", "wall_s": "training seconds (mean over seeds)"}
 
 
 def band_figure(runs: Mapping[str, Sequence[list[dict]]], key: str, x: str = "step",
                 title: str | None = None):
-    """One line per setting: the mean of ``key`` over seeds at each step, and a band of ±1 sd
+    """One line per arm: the mean of ``key`` over seeds at each step, and a band of ±1 sd
     (with two seeds or more). ``x="wall_s"`` places each step at the seeds' mean training time,
-    so a setting that costs more per step stretches to the right."""
+    so an arm that costs more per step stretches to the right."""
     import plotly.graph_objects as go
     from plotly.colors import qualitative
 
+    if x not in X_TITLES:
+        raise ValueError(f"x must be one of {', '.join(X_TITLES)}, got {x!r}")
     frame = curves_frame(runs, key)
     fig = go.Figure()
     if x == "wall_s":
@@ -45,6 +47,6 @@ def band_figure(runs: Mapping[str, Sequence[list[dict]]], key: str, x: str = "st
                         name=f"{label} (mean of {seeds} seed{'s' if seeds > 1 else ''})",
                         line={"color": color, "width": 3})
     fig.update_layout(title=title or (key if len(frame) else f"{key} (no run logged it)"),
-                      xaxis_title=X_TITLES.get(x, x), yaxis_title=key,
+                      xaxis_title=X_TITLES[x], yaxis_title=key,
                       template="plotly_white", height=400)
     return fig
