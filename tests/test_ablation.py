@@ -87,15 +87,26 @@ def test_power_lines_command_and_record(result):
     assert {r["status"] for r in record["runs"].values()} == {"ok"} and len(record["runs"]) == 9
 
 
-def test_band_plot(result):
-    fig = result.plot()
-    lines = [t for t in fig.data if t.mode == "lines+markers"]
-    assert [t.name for t in lines] == [f"{label} (mean of 3 seeds)" for label in result.arms]
+def test_bands_and_their_plot(result):
     steps = [[json.loads(x)[KEY] for x in (result.root / f"1-2_tokens__seed={s}" /
                                           "metrics.jsonl").read_text().splitlines()]
              for s in result.seeds]
-    assert list(lines[1].y) == pytest.approx([statistics.mean(c) for c in zip(*steps)])
-    assert fig.layout.title.text == KEY
+    bands = result.bands()
+    assert list(dict.fromkeys(bands.setting)) == list(result.arms)
+    two = bands[bands.setting == "2 tokens"]
+    assert two.x.tolist() == [1, 2] and two["count"].tolist() == [3, 3]
+    assert two["mean"].tolist() == pytest.approx([statistics.mean(c) for c in zip(*steps)])
+    assert two["sd"].tolist() == pytest.approx([statistics.stdev(c) for c in zip(*steps)])
+    timed = result.bands(x="wall_s")
+    assert (timed.x > 0).all() and len(timed) == len(bands)
+    pytest.importorskip("plotly")
+    from rlnb.widgets.findings import band_figure
+
+    fig = band_figure(result)
+    lines = [t for t in fig.data if t.mode == "lines+markers"]
+    assert [t.name for t in lines] == [f"{label} (mean of 3 seeds)" for label in result.arms]
+    assert list(lines[1].y) == pytest.approx(two["mean"].tolist())
+    assert len(fig.data) == 6 and fig.layout.title.text == KEY  # a band and a line per arm
 
 
 def test_runs_in_processes_through_the_executors(tmp_path):

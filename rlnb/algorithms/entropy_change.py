@@ -1,6 +1,7 @@
 """Which way a policy-gradient push on one token moves the entropy of its position.
 
-    π = softmax(z/τ),   H = -Σ_v π_v log π_v,   ∇_z H = -π ⊙ (log π + H) / τ,   ∇_z log π_y = (e_y - π) / τ
+    π = softmax(z/τ),   H = -Σ_v π_v log π_v
+    ∇_z H = -π ⊙ (log π + H) / τ,   ∇_z log π_y = (e_y - π) / τ
 
     a step z ← z + η·w·∇_z log π_y  (w: the token's gradient weight, w > 0 pushes y up) gives
 

@@ -6,7 +6,8 @@
                          metrics=["train/mean_gen_tokens_incorrect", "validation/accuracy"])
     result.table                                      # means ± sd, A − B [95 % CI], power
     print(*result.power_lines(planned=8), sep="\\n")   # what 8 seeds could detect
-    result.plot("train/mean_gen_tokens_incorrect")    # mean over seeds with a ±1 sd band
+    result.bands("train/mean_gen_tokens_incorrect")   # mean and sd over seeds per step
+    band_figure(result, "train/mean_gen_tokens_incorrect")   # rlnb.widgets.findings: its plot
     print(result.command)                             # the call that made it
 
 Implementation choices:
@@ -44,6 +45,7 @@ from rlnb.run.atomic import atomic_write_text
 from rlnb.run.effects import (
     Metric,
     as_metric,
+    band_frame,
     comparison_rows,
     plain,
     power_line,
@@ -102,13 +104,12 @@ class Ablation:
         the sd of this ablation's per-seed differences (a pilot's, when it is one)."""
         return [power_line(r, planned, self.power, self.confidence) for r in self.rows]
 
-    def plot(self, key: str | None = None, x: str = "step"):
-        """A plotly figure of ``key`` (default: the first metric's) per arm, mean over seeds
-        with a ±1 sd band, against the step or the training seconds (``x="wall_s"``)."""
-        from rlnb.run.band_plots import band_figure
-
-        key = key or self.metrics[0].key
-        return band_figure(self.runs, key, x=x)
+    def bands(self, key: str | None = None, x: str = "step"):
+        """Per arm and step, the mean, sd and count over seeds of ``key`` (default: the first
+        metric's), against the step or the training seconds (``x="wall_s"``): what
+        ``rlnb.widgets.findings.band_figure(result, key)`` draws (``rlnb`` never imports
+        plotly)."""
+        return band_frame(self.runs, key or self.metrics[0].key, x)
 
     def __repr__(self) -> str:
         return (f"Ablation: {len(self.arms)} arms x {len(self.seeds)} seeds x {self.steps} "
@@ -289,7 +290,7 @@ def ablate(arms: Mapping[str, Sequence[str] | Mapping[str, Any]], *,
             all None/False: in this process, one after another (choice 3).
         confidence: of the paired t interval; power: of the detectable-effect column.
     Returns:
-        An ``Ablation``: ``.table``, ``.runs``, ``.power_lines()``, ``.plot()``, ``.command``.
+        An ``Ablation``: ``.table``, ``.runs``, ``.power_lines()``, ``.bands()``, ``.command``.
     """
     arms, seeds = _check_inputs(arms, seeds, steps)
     metric_list = [as_metric(m, last) for m in ([metrics] if isinstance(metrics, str) else metrics)]

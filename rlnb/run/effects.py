@@ -225,3 +225,28 @@ def curves_frame(runs: Mapping[str, Sequence[list[dict]]], key: str, x: str = "s
             for label, records in runs.items() for i, record in enumerate(records)
             for r in record if r.get(key) is not None and r.get(x) is not None]
     return pd.DataFrame(rows, columns=["setting", "seed", "x", "value"])
+
+
+X_TITLES = {"step": "training step", "wall_s": "training seconds (mean over seeds)"}
+
+
+def band_frame(runs: Mapping[str, Sequence[list[dict]]], key: str, x: str = "step"):
+    """Per arm and step: ``setting, x, mean, sd, count`` of ``key`` over the seeds, what a band
+    plot draws (``rlnb.widgets.findings.band_figure``). ``x="wall_s"`` puts each step at the
+    seeds' mean training seconds instead of its number."""
+    if x not in X_TITLES:
+        raise ValueError(f"x must be one of {', '.join(X_TITLES)}, got {x!r}")
+    frame = curves_frame(runs, key)
+    if x == "wall_s":
+        times = curves_frame(runs, "wall_s").rename(columns={"value": "wall"})
+        frame = frame.merge(times[["setting", "seed", "x", "wall"]], on=["setting", "seed", "x"])
+    stats = frame.groupby(["setting", "x"])["value"].agg(mean="mean", sd="std", count="count")
+    if x == "wall_s":  # the step's place: the seeds' mean training time when they reached it
+        stats["wall"] = frame.groupby(["setting", "x"])["wall"].mean()
+    stats = stats.reset_index()
+    order = {label: i for i, label in enumerate(runs)}  # the arms in the order given
+    stats = stats.sort_values(["setting", "x"], key=lambda c: c.map(order) if c.name ==
+                              "setting" else c, kind="stable").reset_index(drop=True)
+    if x == "wall_s":
+        stats["x"] = stats.pop("wall")
+    return stats

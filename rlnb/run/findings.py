@@ -8,8 +8,8 @@ Each finding names the paper's claim, the settings it compares (dotted overrides
 base, so the config difference is exactly ``diff_lines``), the metrics that test it and the sign
 the paper predicts. ``benchmarks/bench_findings.py`` runs them and prints one table;
 ``notebooks/07_reproducing_findings.ipynb`` shows each one's mechanism on a frozen batch
-(``rlnb.run.mechanisms``) and runs the same settings; docs/algorithms.md#reproducing-published-findings
-says what each knob means.
+(``rlnb.run.mechanisms``) and runs the same settings;
+docs/algorithms.md#reproducing-published-findings says what each knob means.
 
 Implementation choices:
 1) A finding is run by ``rlnb.ablate`` (``rlnb.run.ablation``): seed ``i`` of every setting

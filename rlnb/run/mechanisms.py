@@ -59,10 +59,12 @@ def vocab_logits(model, rollout: RolloutBatch) -> torch.Tensor:
 # ---------------------------------------------------------------------------------- 1 length
 @dataclass
 class LengthBias:
-    """``weights``: label -> ``[B, S]`` w per token; ``responses``: one row per response;
-    ``by_length``: the mean push per token by outcome and length; ``constant``: Dr. GRPO's C."""
+    """``weights``: label -> ``[B, S]`` w per token; ``advantages``: ``"÷ std"`` and
+    ``"no std"`` -> ``[B]``; ``responses``: one row per response; ``by_length``: the mean push
+    per token by outcome and length; ``constant``: Dr. GRPO's C."""
 
     weights: dict[str, torch.Tensor]
+    advantages: dict[str, torch.Tensor]
     responses: object
     by_length: object
     constant: float
@@ -101,7 +103,7 @@ def length_bias(rollout: RolloutBatch, *, leave_one_out: bool = True,
                  .groupby(["outcome", "tokens"])
                  .agg(responses=("response", "size"), **{c: (c, "mean") for c in per_token})
                  .reset_index())
-    return LengthBias(weights, frame, by_length, constant)
+    return LengthBias(weights, {"÷ std": a_std, "no std": a_raw}, frame, by_length, constant)
 
 
 # ---------------------------------------------------------------------------------- 2 clip-higher
