@@ -73,6 +73,25 @@ def test_paired_seeds_of_the_same_config_agree_exactly(result):
     assert result.shared_warm_start and result.warm_starts["5 tokens"] == [None] * 3
 
 
+def test_arms_of_a_seed_share_the_warm_start_built_by_the_first(tmp_path, monkeypatch):
+    # the first arm builds the warm start, the second loads it from the cache: the same weights
+    # and the same random state after it, so the same config gives the same run, bit for bit
+    monkeypatch.setenv("RLNB_CACHE_DIR", str(tmp_path / "cache"))
+    warm = ["sft.enabled=true", "sft.max_steps=20", "sft.eval_every=10", "sft.eval_prompts=16",
+            "sft.stop_at_accuracy=0.99"]  # never reached: the probe samples twice
+    res = rlnb.ablate({"A": [], "A again": []}, seeds=[0], steps=2, base=[*SMALL, *warm],
+                      metrics=["train/reward"], root=tmp_path / "w", progress=False)
+    first = json.loads((tmp_path / "w" / "0-A__seed=0" / "run.json").read_text())
+    again = json.loads((tmp_path / "w" / "1-A_again__seed=0" / "run.json").read_text())
+    assert (first["warm_start_cached"], again["warm_start_cached"]) == (False, True)
+    assert res.shared_warm_start and first["warm_start"] == again["warm_start"]
+
+    def numbers(record):
+        return [{k: v for k, v in r.items() if not k.startswith("timing/") and k != "wall_s"}
+                for r in record]
+    assert numbers(res.runs["A"][0]) == numbers(res.runs["A again"][0])
+
+
 def test_power_lines_command_and_record(result):
     row = result.rows[0]
     lines = result.power_lines(planned=8)

@@ -324,6 +324,7 @@ def ablate(arms: Mapping[str, Sequence[str] | Mapping[str, Any]], *,
 
     def on_start(point: Point) -> None:
         record["runs"][point.name]["status"] = "running"
+        atomic_write_text(root / RECORD, json.dumps(record, indent=1) + "\n")
 
     def on_end(point: Point, outcome: Outcome) -> None:
         done[point.name] = outcome
