@@ -1,23 +1,27 @@
-"""Do rlnb's knobs reproduce published findings at toy scale? One table, seeds paired.
+"""Do rlnb's knobs reproduce published findings at toy scale? A pilot for power, then one table.
 
 For each finding of ``rlnb.run.findings.FINDINGS`` (1 Dr. GRPO's length bias, 2 DAPO's
-clip-higher, 3 DAPO's dynamic sampling) and each of its settings: train the tiny
-character-level Llama from its warm start (cached after the first run of a seed; settings of one
-finding share it) for the finding's number of steps, on each seed, in this process. Then print
-one row per metric and comparison: setting A's mean ± sd over seeds, setting B's, the paired 95 %
-t interval of A − B (``rlnb.run.stats``) and whether the interval lies on the side the paper
-predicts. An effect that does not appear says so ("no clear effect"): the settings were fixed
-before the first full run and are not tuned until one appears.
+clip-higher, 3 DAPO's dynamic sampling) every setting trains the tiny character-level Llama from
+its warm start (cached after the first run of a seed; settings of one finding share it) over
+the seeds, through ``rlnb.ablate`` (in this process, or ``--jobs N`` processes).
 
-    python benchmarks/bench_findings.py                   # full: 3 seeds (see below)
-    python benchmarks/bench_findings.py --quick           # smoke test: small model, 2 steps, 1 seed
-    python benchmarks/bench_findings.py --findings clip_higher --seeds 0 1
+1. Pilot (``--pilot-seeds``, ``--pilot-steps``; skipped with ``--no-pilot``): a few seeds and
+   steps estimate the seed-to-seed spread of each metric's A − B, and the smallest effect the
+   planned seeds can detect is printed before the main run (80 % power, two-sided α = 0.05).
+   The spread after a few steps is not the spread after many: read it as a first guess.
+2. Main run: per metric and comparison, A's and B's mean ± sd over seeds, the paired 95 % t
+   interval of A − B (``rlnb.run.stats``), the sd of the per-seed differences, the smallest
+   effect these seeds detect, the seeds the observed difference would need, and whether the
+   interval lies on the side the paper predicts ("yes"), or "not reproduced". The settings were
+   fixed before the first full run and are not tuned until an effect appears.
 
-Wall time and the load average (other processes on the machine slow every run down) are printed
-with the table; ``--json PATH`` also writes every run's per-step record. Cost: most of a first
-run is the warm starts (one per finding and seed, cached afterwards; up to 4000 SFT steps each).
-Finding 2 alone took 1.5 min at load average 3.5 with two of its three warm starts to run; a
-warm start of finding 1 took 12 min at load 6-9, and the whole full mode has not been timed yet.
+    python benchmarks/bench_findings.py                   # pilot, then 5 seeds
+    python benchmarks/bench_findings.py --quick           # smoke test: small model, 2 steps
+    python benchmarks/bench_findings.py --findings clip_higher --seeds 0 1 2 --no-pilot
+
+The command, wall time and load average (other processes on the machine slow every run down)
+are printed with the table; ``--json PATH`` also writes every run's per-step record. Runs are
+written under ``--root`` (default ``runs/bench-findings-<time>``).
 """
 
 from __future__ import annotations
@@ -25,13 +29,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from rlnb.run.findings import FINDINGS, effect_rows, run_setting
+from rlnb.run.findings import FINDINGS, run_finding
 
-COLUMNS = ("metric", "A mean ± sd", "B mean ± sd", "A − B [95 % CI]", "reproduced")
+COLUMNS = ("metric", "A mean ± sd", "B mean ± sd", "A − B [95 % CI]", "sd(A − B)",
+           "detectable (80 % power)", "seeds for A − B", "verdict")
 
 
 def load() -> str:
@@ -41,48 +49,74 @@ def load() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="check that it runs: small model, no warm start, 2 steps, one seed")
-    ap.add_argument("--seeds", type=int, nargs="+", default=None)
+                    help="check that it runs: small model, no warm start, 2 steps, 2 seeds")
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0 1 2 3 4")
     ap.add_argument("--findings", nargs="+", choices=list(FINDINGS), default=list(FINDINGS))
     ap.add_argument("--steps", type=int, default=None, help="override every finding's steps")
+    ap.add_argument("--pilot-seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--pilot-steps", type=int, default=10)
+    ap.add_argument("--no-pilot", action="store_true", help="skip the pilot")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="runs at once, each in its own process (default: one, in this one)")
+    ap.add_argument("--root", default=None, help="where the runs are written")
     ap.add_argument("--json", default=None, help="write every run's record to this file")
     args = ap.parse_args()
-    seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
+    seeds = args.seeds or ([0, 1] if args.quick else [0, 1, 2, 3, 4])
     steps = 2 if args.quick and args.steps is None else args.steps
-    print(f"bench_findings: {'quick' if args.quick else 'full'} mode, seeds {seeds}, "
+    pilot_seeds = args.pilot_seeds[:2] if args.quick else args.pilot_seeds
+    pilot_steps = 1 if args.quick else args.pilot_steps
+    root = Path(args.root or Path("runs") / time.strftime("bench-findings-%Y%m%d-%H%M%S"))
+    fast = ["grpo.val_period=0"] if args.quick else []
+    command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *sys.argv[1:]])
+    print(f"{command}\nbench_findings: {'quick' if args.quick else 'full'} mode, seeds {seeds}, "
           f"{torch.get_num_threads()} torch threads, load average {load()}", flush=True)
     start, rows, records = time.perf_counter(), [], {}
     for name in args.findings:
         finding = FINDINGS[name]
-        runs: dict[str, list] = {}
-        for setting in finding.settings:
-            for seed in seeds:
-                t0 = time.perf_counter()
-                record = run_setting(finding, setting, seed, num_steps=steps, fast=args.quick)
-                runs.setdefault(setting.label, []).append(record)
-                print(f"  {name} | {setting.label} | seed {seed}: {len(record)} records in "
-                      f"{time.perf_counter() - t0:.0f} s (load {load()})", flush=True)
-        rows += effect_rows(finding, runs)
-        records[name] = runs
+        if args.quick and name == "dynamic_sampling":
+            # an untrained model never finds a group with signal; its fast warm start is long
+            print(f"\n{name}: skipped in quick mode", flush=True)
+            continue
+        options = dict(fast=args.quick, extra=fast, jobs=args.jobs, progress=False)
+        if not args.no_pilot:
+            t0 = time.perf_counter()
+            pilot = run_finding(finding, pilot_seeds, num_steps=pilot_steps,
+                                root=root / f"{name}-pilot", **options)
+            print(f"\n{name}: pilot of {len(pilot_seeds)} seeds x {pilot_steps} steps in "
+                  f"{time.perf_counter() - t0:.0f} s (load {load()}); power of {len(seeds)} "
+                  "seeds from its spread:", flush=True)
+            for line in pilot.power_lines(planned=len(seeds)):
+                print(f"  {line}")
+        t0 = time.perf_counter()
+        result = run_finding(finding, seeds, num_steps=steps, root=root / name, **options)
+        print(f"{name}: {len(finding.settings)} settings x {len(seeds)} seeds x "
+              f"{result.steps} steps in {time.perf_counter() - t0:.0f} s (load {load()}); "
+              f"warm start shared by the settings of each seed: {result.shared_warm_start}",
+              flush=True)
+        rows += [{"finding": finding.title, **r} for r in result.rows]
+        records[name] = result.runs
     minutes = (time.perf_counter() - start) / 60
     print_table(rows)
-    print(f"\nwall time {minutes:.1f} min for {len(args.findings)} finding(s) x "
-          f"{len(seeds)} seed(s); load average (1, 5, 15 min) at the end: {load()}")
+    print(f"\nwall time {minutes:.1f} min for {len(records)} finding(s) x {len(seeds)} seed(s); "
+          f"load average (1, 5, 15 min) at the end: {load()}")
     if args.quick:
         print("quick mode: a smoke test of a model that learns nothing; its numbers mean nothing")
-    no = [r for r in rows if r["reproduced"].startswith("no")]
-    for r in no:
-        print(f"not reproduced at this scale: {r['finding']}: {r['metric']} "
-              f"({r['A']} vs {r['B']}): {r['A − B [95 % CI]']}")
+    for r in rows:
+        if r["verdict"].startswith("not reproduced"):
+            print(f"not reproduced at this scale: {r['finding']}: {r['metric']} "
+                  f"({r['A']} vs {r['B']}): {r['A − B [95 % CI]']}; {len(seeds)} seeds detect "
+                  f"{r['detectable (80 % power)']}, the observed difference would need "
+                  f"{r['seeds for A − B']} seeds")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"seeds": seeds, "minutes": minutes, "records": records,
+            json.dump({"command": command, "seeds": seeds, "minutes": minutes,
+                       "records": records,
                        "rows": [{k: v for k, v in r.items() if k != "interval"} for r in rows]},
                       f)
 
 
 def print_table(rows: list[dict]) -> None:
-    """Markdown table: one block per finding and comparison (A vs B named above it)."""
+    """Markdown table: one row per finding, comparison and metric."""
     header = "| finding | A vs B | " + " | ".join(COLUMNS) + " |"
     print("\n" + header + "\n" + "|---" * (len(COLUMNS) + 2) + "|")
     for r in rows:

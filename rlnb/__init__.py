@@ -42,6 +42,7 @@ _LAZY = {
     "auto_accelerator": "rlnb.run.accelerator",
     "MasterConfig": "rlnb.run.master_config",
     "load_config": "rlnb.run.master_config",
+    "ablate": "rlnb.run.ablation",
 }
 __all__ = [*_algorithms_all, *_LAZY, "__version__"]
 

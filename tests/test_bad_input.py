@@ -246,7 +246,7 @@ PPO_SMALL = [
 PPO_ROWS = [
     (["ppo.ppo_epochs=0"], "ppo.ppo_epochs"),
     (["ppo.ppo_epochs=1.5"], "ppo.ppo_epochs"),
-    (["ppo.adv_estimator.name=grpo"], "'grpo' is a group estimator"),
+    (["ppo.adv_estimator.name=grpo"], "'grpo' is an estimator of GRPO's loop"),
     (["ppo.adv_estimator.name=nope"], "nope"),
     (["ppo.adv_estimator.gae_lambda=1.5"], "ppo.adv_estimator.gae_lambda"),
     (["ppo.policy_training_start_step=9"], "ppo.policy_training_start_step=9 is beyond "

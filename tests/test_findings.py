@@ -12,15 +12,8 @@ from rlnb.engine.environments.tasks import AdditionThinkTask, TaskConfig, build_
 from rlnb.engine.trainers.grpo import GRPOTrainer, advantage_metrics
 from rlnb.engine.trainers.rollout import groups_with_signal, length_by_outcome
 from rlnb.engine.trainers.warm_start import supervised_batch
-from rlnb.run.findings import (
-    FINDINGS,
-    Metric,
-    effect_rows,
-    per_seed,
-    reduce_run,
-    verdict,
-    with_wall_time,
-)
+from rlnb.run.effects import Metric, per_seed, reduce_run, verdict, with_wall_time
+from rlnb.run.findings import FINDINGS, effect_rows
 from rlnb.run.stats import Interval
 
 # ---------------------------------------------------------------------------------- metrics
@@ -174,6 +167,8 @@ def test_reductions_of_one_run():
     assert reduce_run(rec, Metric("m", "k", how="final")) == 5.0
     assert reduce_run(rec, Metric("m", "k", how="seconds")) == 4.0
     assert math.isnan(reduce_run(rec, Metric("m", "other")))
+    with pytest.raises(ValueError, match="how='mean'"):
+        Metric("m", "k", how="mean")
 
 
 def test_equal_time_compares_what_each_setting_reached_in_the_time_both_had():
@@ -192,17 +187,25 @@ def test_effect_rows_give_the_paired_interval_and_verdict():
     # differences 2, 3, 3: mean 8/3, sd 1/sqrt(3), se 1/3, t(0.975, 2) = 4.3027
     assert row["interval"].estimate == pytest.approx(8 / 3)
     assert row["interval"].low == pytest.approx(8 / 3 - 4.302653 / 3, abs=1e-5)
-    assert row["reproduced"] == "yes"
+    assert row["verdict"] == "yes" and row["finding"] == finding.title
     assert row["A mean ± sd"] == "4 ± 1" and row["B mean ± sd"] == "1.333 ± 0.5774"
+    # power beside it: MDE = (t(0.975, 2) + t(0.8, 2))·sd/√3 = (4.3027 + 1.0607)/3
+    assert row["sd_diff"] == pytest.approx(1 / math.sqrt(3))
+    assert row["mde"] == pytest.approx((4.302653 + 1.060660) / 3, abs=1e-5)
+    assert row["detectable (80 % power)"] == "1.788"
+    # the clip fraction (no prediction) was never logged by these hand runs
+    assert effect_rows(finding, runs)[1]["verdict"] == "n/a (never logged)"
 
 
 def test_verdicts():
     def iv(lo, hi):
         return Interval((lo + hi) / 2, lo, hi, 0.95, "paired t")
     assert verdict(iv(0.1, 0.5), 1) == "yes" and verdict(iv(-0.5, -0.1), -1) == "yes"
-    assert verdict(iv(-0.5, -0.1), 1) == "no (opposite)"
-    assert verdict(iv(-0.1, 0.5), 1) == "no (no clear effect)"
-    assert verdict(iv(0.1, 0.5), 0).startswith("n/a")
+    assert verdict(iv(-0.5, -0.1), 1) == "not reproduced (opposite)"
+    assert verdict(iv(-0.1, 0.5), 1) == "not reproduced (interval holds 0)"
+    # no predicted sign: which arm is higher, if the interval says
+    assert verdict(iv(0.1, 0.5), 0) == "A > B" and verdict(iv(-0.5, -0.1), 0) == "A < B"
+    assert verdict(iv(-0.1, 0.5), 0) == "no clear difference"
     assert verdict(iv(math.nan, math.nan), 1).startswith("n/a")
 
 

@@ -279,20 +279,35 @@ def _async_grpo(nb):
 
 def _reproducing_findings(nb):
     out = stdout(nb)
-    # every setting of the three findings ran as a sweep of notebook 01 (one seed in fast mode)
-    assert "findings ['length_bias', 'clip_higher', 'dynamic_sampling']" in out
-    assert "+ loss_fn.token_level_loss=false" in out and "+ loss_fn.ratio_clip_max=0.28" in out
-    assert "11 comparisons from 1 seed(s)" in out  # 2 x 2 + 3 + 4 (finding x metric x B)
+    # the four mechanisms on the frozen batch, each checked against the library
+    for line in ("per-token weights == -dL/dlog π of clipped_pg_loss: True",
+                 "freed tokens == autograd's: True", "h == <grad H, grad log π_y> by autograd: True",
+                 "kept rows == select_nonzero_std's: True",
+                 "E[k1] == E[k3] == exact KL at every position: True",
+                 "sampled estimates == calculate_kl on the batch's log-probs: True"):
+        assert line in out, line
     tables = [h for h in mime_outputs(nb, "text/html") if "<table" in h]
-    summary = [t for t in tables if "A − B [95 % CI]" in t and "Dr. GRPO" in t and "ε_high" in t]
+    assert any("seq-mean + std (GRPO): per token" in t and "incorrect" in t for t in tables)
+    assert any("freed" in t and "mean π_old" in t for t in tables), "no clip-higher summary"
+    assert any("expected bias E[k] − KL" in t for t in tables), "no KL table"
+    # the pilot through rlnb.ablate, with the power of the planned seeds
+    assert any("detectable (80 % power)" in t and "seq-mean + std" in t for t in tables)
+    assert "power of 5 seeds, from the pilot's spread:" in out
+    assert "with 5 seeds the smallest effect detected with 80 % power" in out
+    # every figure has its command printed beside it
+    assert out.count("rlnb run notebooks/07_reproducing_findings.ipynb -p fast True") == 3
+    assert "rlnb.ablate({'seq-mean + std': ['loss_fn.token_level_loss=false']" in out
+    # the findings: every diff printed, dynamic sampling skipped in fast mode, one table
+    assert "+ loss_fn.token_level_loss=false" in out and "+ loss_fn.ratio_clip_max=0.28" in out
+    assert "fast mode: skipped" in out
+    assert "7 comparisons from 2 seeds" in out  # 2 x 2 (length) + 3 (clip-higher)
+    assert "predicted effects reproduced with 2 seeds" in out
+    summary = [t for t in tables if "Dr. GRPO" in t and "ε_high" in t and "verdict" in t]
     assert summary, "no table of all findings"
-    # one seed: a mean, no sd, no interval, and no verdict either way
-    assert "n/a (too few seeds)" in summary[-1] and "yes" not in summary[-1].split("reproduced")[1]
-    # the curves of each finding: the new length metrics were logged and plotted
     figures = mime_outputs(nb, PLOTLY_JSON)
     titles = [f.get("layout", {}).get("title", {}).get("text", "") for f in figures]
     assert "train/mean_gen_tokens_incorrect" in titles and "train/approx_entropy" in titles, titles
-    assert not any("no run logged it" in t for t in titles if "incorrect" in t or "entropy" in t)
+    assert any(t.startswith("Push per token on incorrect") for t in titles), titles
 
 
 EXTRA_CHECKS = {

@@ -159,7 +159,7 @@ def test_advantages_have_no_side_effects_and_lambda_replays_on_the_frozen_batch(
     frame = a1.to_frame()
     assert {"value", "return", "advantage", "kept"} <= set(frame.columns)
     assert "PPOAdvantageBatch(gae" in repr(a1)
-    with pytest.raises(ValueError, match=r"ppo\.adv_estimator\.name: 'grpo' is a group"):
+    with pytest.raises(ValueError, match=r"ppo\.adv_estimator\.name: 'grpo' is an estimator of GRPO's loop"):
         t.compute_advantages(b, v, {"name": "grpo"})
 
 
@@ -260,7 +260,9 @@ def test_a_policy_without_a_separate_body_is_refused_naming_value():
 # ---------------------------------------------------------------- configs and bad input
 @pytest.mark.parametrize("override, message", [
     ("ppo.ppo_epochs=0", r"ppo\.ppo_epochs: Input should be greater than or equal to 1"),
-    ("ppo.adv_estimator.name=grpo", r"ppo\.adv_estimator\.name: 'grpo' is a group estimator"),
+    ("ppo.adv_estimator.name=grpo",
+     r"ppo\.adv_estimator\.name: 'grpo' is an estimator of GRPO's loop; PPO's loop takes 'gae', "
+     r"'raw_reward'"),
     ("ppo.policy_training_start_step=1500", r"ppo\.policy_training_start_step=1500 is beyond ppo\.max_num_steps=1000"),
     ("loss_fn.reference_policy_kl_penalty=0.01", r"ppo\.skip_reference_policy_logprobs_calculation=true .* needs loss_fn\.reference_policy_kl_penalty=0"),
     ("grpo.seed=1", r"grpo: a section of algorithm 'grpo', but algorithm is 'ppo'"),

@@ -1,11 +1,18 @@
-"""rlnb.run.stats: t quantiles against printed tables, Welch/paired/bootstrap intervals by hand."""
+"""rlnb.run.stats: t quantiles against printed tables, Welch/paired/bootstrap intervals and the
+power of a paired design (detectable effect, seeds needed) by hand."""
 
 import math
 
 import numpy as np
 import pytest
 
-from rlnb.run.stats import difference_ci, mean_sd, t_quantile
+from rlnb.run.stats import (
+    difference_ci,
+    mean_sd,
+    minimal_detectable_effect,
+    seeds_needed,
+    t_quantile,
+)
 
 # Student t quantiles from a printed table (two-sided 95 % and 99 %, one-sided 90 %)
 T_TABLE = [
@@ -114,3 +121,39 @@ def test_bad_arguments():
         difference_ci([1, 2], [3, 4], method="z")
     with pytest.raises(ValueError, match="confidence"):
         difference_ci([1, 2], [3, 4], confidence=95)
+
+
+# one-sided 80 % quantiles from a printed t table: df 2, 4, 8, 9
+T80 = {2: 1.0607, 4: 0.9410, 8: 0.8889, 9: 0.8834}
+T975 = {2: 4.3027, 4: 2.7764, 8: 2.3060, 9: 2.2622}
+
+
+@pytest.mark.parametrize("n", [3, 5, 9, 10])
+def test_minimal_detectable_effect_from_table_quantiles(n):
+    # MDE = (t_{0.975, n-1} + t_{0.8, n-1}) · sd / √n; sd of the per-seed differences 0.4
+    by_hand = (T975[n - 1] + T80[n - 1]) * 0.4 / math.sqrt(n)
+    assert minimal_detectable_effect(0.4, n) == pytest.approx(by_hand, abs=1e-4)
+
+
+def test_minimal_detectable_effect_examples_and_edges():
+    assert minimal_detectable_effect(1.0, 5) == pytest.approx(3.7174 / math.sqrt(5), abs=1e-4)
+    # df = 2 has a closed form: t_p = (2p - 1)·sqrt(2 / (4p(1 - p)))
+    t80 = 0.6 * math.sqrt(2 / (4 * 0.8 * 0.2))
+    assert t80 == pytest.approx(1.06066, abs=1e-5)
+    assert minimal_detectable_effect(1.0, 3) == pytest.approx((4.302653 + t80) / math.sqrt(3),
+                                                              abs=1e-5)
+    assert math.isnan(minimal_detectable_effect(1.0, 1))  # one seed: no sd, no test
+    assert math.isnan(minimal_detectable_effect(math.nan, 5))
+    # a stricter test needs a larger effect
+    assert minimal_detectable_effect(1.0, 5, alpha=0.01) > minimal_detectable_effect(1.0, 5)
+    with pytest.raises(ValueError, match="power"):
+        minimal_detectable_effect(1.0, 5, power=1.2)
+
+
+def test_seeds_needed_by_hand():
+    # sd 1, effect 1: 9 seeds detect (2.3060 + 0.8889)/3 = 1.065 > 1, 10 seeds 3.1456/√10 = 0.995
+    assert (T975[8] + T80[8]) / 3 > 1 > (T975[9] + T80[9]) / math.sqrt(10)
+    assert seeds_needed(1.0, 1.0) == 10
+    assert seeds_needed(-1.0, 1.0) == 10  # the sign does not matter
+    assert seeds_needed(0.0, 1.0) is None and seeds_needed(0.01, 1.0) is None  # > 1000
+    assert seeds_needed(0.5, 0.0) == 2  # no spread between seeds: two suffice

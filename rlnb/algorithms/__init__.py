@@ -17,6 +17,7 @@ from rlnb.algorithms.dynamic_sampling import (
     dynamic_sampling,
     select_nonzero_std,
 )
+from rlnb.algorithms.entropy_change import entropy_change_per_push
 from rlnb.algorithms.estimators import (
     ADVANTAGE_ESTIMATORS,
     estimator_names,
@@ -55,6 +56,7 @@ from rlnb.algorithms.kl import (
     kl_in_reward,
     kl_penalty_term,
 )
+from rlnb.algorithms.kl_exact import kl_estimator_moments
 from rlnb.algorithms.logprobs import next_token_logprobs, token_entropy, token_logprobs
 from rlnb.algorithms.masked import masked_mean, masked_var
 from rlnb.algorithms.opd import (
@@ -97,6 +99,11 @@ from rlnb.algorithms.rewards import (
     shape_rewards,
 )
 from rlnb.algorithms.surrogate import clipped_surrogate, positive_example_nll, probability_ratio
+from rlnb.algorithms.token_weights import (
+    REDUCTIONS,
+    policy_gradient_weights,
+    reduction_coefficients,
+)
 from rlnb.algorithms.value_loss import (
     MseValueLossFn,
     ValueLossConfig,
@@ -131,4 +138,6 @@ __all__ = [
     "concatenate_groups", "replay_buffer_capacity",
     "RewardScalingConfig", "RewardShapingConfig", "dapo_overlong_penalty", "scale_batch_rewards",
     "scale_rewards", "shape_rewards",
+    "REDUCTIONS", "reduction_coefficients", "policy_gradient_weights", "entropy_change_per_push",
+    "kl_estimator_moments",
 ]

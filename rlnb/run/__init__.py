@@ -7,13 +7,18 @@ writes), ``rundir`` (one folder per run), ``rollout_store`` (its rollouts, in ch
 (``TrainingRun``), ``notebooks`` (``rlnb run``: one notebook through papermill, and the parameter
 parsing the next two share), ``sweep`` (``rlnb sweep``: a grid of runs, resumable), ``executors``
 (where a sweep's points run: local processes or Ray tasks), ``sweep_summary`` (a sweep's table,
-per-setting summary and report), ``stats`` (mean ± sd and intervals for differences over seeds),
-``launch`` (``rlnb launch``: one notebook on N ranks, on one machine or several).
+per-setting summary and report), ``stats`` (mean ± sd and intervals for differences over seeds,
+the power of a paired design), ``launch`` (``rlnb launch``: one notebook on N ranks, on one
+machine or several), ``ablation`` (``rlnb.ablate``: arms over paired seeds through the
+executors), ``effects`` (its table: reductions, paired intervals, detectable effects),
+``findings`` (published claims as ablations), ``mechanisms`` (what their knobs do to one
+frozen batch).
 """
 
-_MODULES = ("accelerator", "atomic", "checkpoint", "executors", "launch", "loggers",
-            "master_config", "notebooks", "rollout_store", "rundir", "session", "stats", "sweep",
-            "sweep_summary", "warm_start_cache")
+_MODULES = ("ablation", "accelerator", "atomic", "checkpoint", "effects", "executors",
+            "findings", "launch", "loggers", "master_config", "mechanisms", "notebooks",
+            "rollout_store", "rundir", "session", "stats", "sweep", "sweep_summary",
+            "warm_start_cache")
 
 
 def __getattr__(name: str):

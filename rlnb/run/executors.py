@@ -16,6 +16,9 @@ Implementation choices (the details, Ray's addresses included: docs/sweeps.md):
 3) On Ray (``ray_pool.py``) a point is a task running the same process, writing into a sweep
    root every node sees.
 4) Every check runs before anything is written (``check()``) and names its flag.
+5) A point with a ``runner`` (``"module:function"``) calls ``function(parameters)`` instead of
+   executing a notebook (``rlnb.ablate``'s training runs): the same processes, logs, Ray tasks
+   and stopping; an exception it raises fails the point with its one-line message.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Point:
     parameters: dict[str, Any]
     log: str
     kernel_name: str | None = None
+    runner: str | None = None  # "module:function" called with parameters instead (see 5)
 
 
 @dataclass
@@ -65,12 +69,22 @@ EndCallback = Callable[[Point, Outcome], None]
 
 # ---------------------------------------------------------------------------------- one point
 def run_point_here(point: Point, progress: bool = False) -> Outcome:
-    """Execute the point's notebook in this process (papermill starts the kernel)."""
+    """Execute the point's notebook in this process (papermill starts the kernel), or call
+    its runner (see 5)."""
     from rlnb.run.notebooks import HTML, NOTEBOOK, _execute, _export
 
     start = time.perf_counter()
     nb, run_dir = Path(point.notebook), Path(point.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if point.runner is not None:
+        import importlib
+
+        module, _, name = point.runner.partition(":")
+        try:
+            getattr(importlib.import_module(module), name)(point.parameters)
+        except Exception as err:  # the point fails, the others go on (as a failed notebook)
+            return Outcome(False, _one_line(err), time.perf_counter() - start)
+        return Outcome(True, None, time.perf_counter() - start)
     error = _execute(nb, run_dir / NOTEBOOK, point.parameters, kernel_name=point.kernel_name,
                      cwd=nb.parent, progress=progress)
     _export(run_dir / NOTEBOOK, run_dir / HTML, f"{nb.stem}: {run_dir.name}")

@@ -5,6 +5,8 @@ difference between two settings.
     difference_ci([0.61, 0.58, 0.64], [0.52, 0.55, 0.50])         # Welch t interval, 95 %
     difference_ci(a, b, paired=True)                              # a[i], b[i] share seed i
     difference_ci(a, b, method="bootstrap", n_boot=10_000, seed=0)
+    minimal_detectable_effect(sd_diff=0.4, n=5)                   # paired, α = 0.05, power 0.8
+    seeds_needed(effect=0.3, sd_diff=0.4)                         # seeds for that power
 
 Plain numbers in, plain numbers out (floats or numpy arrays; NaN values are dropped): no pandas,
 no torch, no sweep layout, so a notebook can call it on any two lists. ``rlnb.run.sweep`` uses it
@@ -28,6 +30,11 @@ Implementation choices:
    ``1/2 + c sqrt(df) ∫_0^θ cos^(df-1)(u) du``, ``c = Γ((df+1)/2) / (sqrt(df π) Γ(df/2))``, an
    integral over a bounded interval (Simpson's rule) that bisection inverts; it matches tables
    to 1e-6 (``tests/test_stats.py``). ``df = inf`` uses the normal quantile.
+6) Power of the paired design: with ``n`` seeds and per-seed differences of sd ``s``, the
+   smallest true mean difference the two-sided paired t test at level α detects with
+   probability ``power`` is ``MDE = (t_{1-α/2, n-1} + t_{power, n-1})·s/√n``, the usual
+   approximation with t quantiles in place of normal ones (it ignores the noncentral t, and is
+   slightly optimistic for very few seeds). ``s`` comes from a pilot, or from the run itself.
 """
 
 from __future__ import annotations
@@ -186,3 +193,46 @@ def _bootstrap_interval(a: np.ndarray, b: np.ndarray | None, confidence: float, 
 
 
 METHODS = {"t": _t_interval, "bootstrap": _bootstrap_interval}
+
+
+# ---------------------------------------------------------------------------------- power
+def _check_power(alpha: float, power: float) -> None:
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    if not 0.5 <= power < 1:
+        raise ValueError(f"power must lie in [0.5, 1), got {power}")
+
+
+def minimal_detectable_effect(sd_diff: float, n: int, *, alpha: float = 0.05,
+                              power: float = 0.8) -> float:
+    """The smallest |mean difference| a paired t test on ``n`` seeds (two-sided, level
+    ``alpha``) detects with probability ``power``, when the per-seed differences have sd
+    ``sd_diff`` (choice 6): ``(t_{1-α/2, n-1} + t_{power, n-1})·sd_diff/√n``. NaN for n < 2
+    or an unknown (NaN) sd."""
+    _check_power(alpha, power)
+    if n < 2 or math.isnan(sd_diff):
+        return NAN
+    df = n - 1
+    return (t_quantile(1 - alpha / 2, df) + t_quantile(power, df)) * sd_diff / math.sqrt(n)
+
+
+def seeds_needed(effect: float, sd_diff: float, *, alpha: float = 0.05, power: float = 0.8,
+                 max_seeds: int = 1000) -> int | None:
+    """The fewest seeds (>= 2) whose ``minimal_detectable_effect`` is at most ``|effect|``;
+    None when more than ``max_seeds`` would be needed (or the effect is 0 or NaN)."""
+    _check_power(alpha, power)
+    if math.isnan(effect) or math.isnan(sd_diff) or effect == 0:
+        return None
+    if sd_diff == 0:
+        return 2
+
+    def detects(n: int) -> bool:
+        return minimal_detectable_effect(sd_diff, n, alpha=alpha, power=power) <= abs(effect)
+
+    if not detects(max_seeds):
+        return None
+    lo, hi = 1, max_seeds  # the MDE falls as n grows: bisect for the first n that detects
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if detects(mid) else (mid, hi)
+    return hi
