@@ -44,6 +44,8 @@ from rlnb.algorithms.policy_loss import ClippedPGLossConfig
 from rlnb.algorithms.value_loss import ValueLossConfig
 from rlnb.config import Config, apply_overrides, parse_config, parse_override
 from rlnb.engine.environments.multiturn import EnvConfig
+from rlnb.engine.environments.reward_funcs import RewardFuncConfig
+from rlnb.engine.environments.run_task import check_reward_rules
 from rlnb.engine.environments.tasks import TaskConfig
 from rlnb.engine.models.policy import PolicyConfig
 from rlnb.engine.models.value import ValueConfig
@@ -88,6 +90,11 @@ class MasterConfig(Config):
         description="PPO's critic loss, NeMo-RL's MseValueLossConfig (algorithm: ppo).")
     sft: SFTConfig = Field(default_factory=SFTConfig)
     data: TaskConfig = Field(default_factory=TaskConfig)
+    reward_funcs: list[RewardFuncConfig] = Field(
+        default_factory=list,
+        description="TRL-style reward functions ('module:function', or {func, weight, name}) "
+        "scoring the data's rows; the reward is their weighted sum, each one a component "
+        "(engine/environments/reward_funcs.py). Empty: the task's own reward.")
     env: EnvConfig = Field(default_factory=EnvConfig)
     logger: LoggerConfig = Field(default_factory=LoggerConfig)
     checkpointing: CheckpointingConfig = Field(default_factory=CheckpointingConfig)
@@ -117,6 +124,7 @@ class MasterConfig(Config):
         # the loop's rules with the other sections (trainers/loop_config.py); also decides
         # reuse_generation_logprobs, before a trainer builds an engine, into the resolved config
         check_loop_rules(self)
+        check_reward_rules(self)
         return self
 
     @field_validator("value")
@@ -138,8 +146,9 @@ class MasterConfig(Config):
                     del data[section]
         if data.get("algorithm") == "grpo":
             del data["algorithm"]
-        if not data.get("imports"):
-            data.pop("imports", None)
+        for key in ("imports", "reward_funcs"):
+            if not data.get(key):
+                data.pop(key, None)
         return data
 
 
@@ -193,8 +202,10 @@ def load_config(
             del over["grpo"]
         data = _merge(data, over)
     data = apply_overrides(data, overrides, OVERRIDE_ALIASES)
-    import_plugins(data.get("imports"),
-                   Path(source).parent if isinstance(source, (str, Path)) else None)
+    folder = Path(source).parent if isinstance(source, (str, Path)) else None
+    import_plugins(data.get("imports"), folder)
+    if data.get("reward_funcs"):  # their modules import from here too, when the task is built
+        search_paths(folder)
     unknown = [k for k in data if k not in MasterConfig.model_fields]
     if unknown:
         close = get_close_matches(unknown[0], list(MasterConfig.model_fields), n=1)
@@ -210,15 +221,21 @@ def import_plugins(modules, folder: Path | None = None) -> None:
         return
     if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
         raise ValueError(f"invalid config:\n  imports: a list of module names, got {modules!r}")
-    for where in (Path.cwd(), folder):
-        if where is not None and str(where) not in sys.path:
-            sys.path.append(str(where))
+    search_paths(folder)
     for name in modules:
         try:
             importlib.import_module(name)
         except Exception as err:  # the plug-in's own error, named with its module
             raise ValueError(f"invalid config:\n  imports: cannot import {name!r} "
                              f"({type(err).__name__}: {err})") from None
+
+
+def search_paths(folder: Path | None = None) -> None:
+    """Let a config's modules (plug-ins, reward functions) import from the working directory
+    and the config file's folder."""
+    for where in (Path.cwd(), folder):
+        if where is not None and str(where) not in sys.path:
+            sys.path.append(str(where))
 
 
 def _algorithm(data: dict, overrides: Sequence[str]) -> str:

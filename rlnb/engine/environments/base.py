@@ -39,11 +39,14 @@ class Rewards:
         components: name -> ``[B]`` float32, the parts of the reward (for GDPO and logging).
         correct: ``[B]`` bool, whether each response solved the task; ``None`` means
             ``total > 0``.
+        metrics: scalars the environment reports about this batch, logged as
+            ``train/<name>`` (what a TRL-style reward function passes to ``log_metric``).
     """
 
     total: torch.Tensor
     components: dict[str, torch.Tensor] = field(default_factory=dict)
     correct: torch.Tensor | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
         self.total = _as_tensor(self.total, torch.float32)
@@ -112,10 +115,21 @@ class Environment(ABC):
     """
 
     name: str = "environment"
+    # False when ``Rewards.correct`` means nothing (a user's reward functions with no
+    # ``data.correct_reward``): no accuracy metrics are computed from it
+    defines_correct: bool = True
 
     @abstractmethod
     def score(self, prompts: list[str], responses: list[str], rows: list[dict]) -> Rewards:
         """Rewards for B responses: ``prompts``, ``responses``, ``rows`` are ``[B]`` lists."""
+
+    def score_rollout(self, prompts: list[str], rows: list[dict], sampled, *, generations: int,
+                      step: int) -> Rewards:
+        """What the rollout stage calls with one generation call's output ``sampled`` (its
+        ``texts``, ``response_ids`` and ``response_mask``), G = ``generations`` consecutive rows
+        per prompt, at training step ``step``. Default: ``score``; an environment that reads the
+        token ids or the step (a user's TRL-style reward functions) overrides it."""
+        return self.score(prompts, sampled.texts, rows)
 
     def step(
         self, conversations: list[list[dict[str, str]]], rows: list[dict], turn: int
@@ -157,6 +171,15 @@ class Task(Environment):
     @abstractmethod
     def val_rows(self, n: int | None = None) -> list[dict]:
         """The first ``n`` held-out rows (all of them for ``None``), always the same."""
+
+    def demonstration(self, row: dict) -> str:
+        """What the warm start trains on for ``row`` (``row_demonstration``)."""
+        return row_demonstration(row)
+
+
+def row_demonstration(row: dict) -> str:
+    """A row's supervised target: its ``sft_target`` (``addition_think``), else its ``answer``."""
+    return str(row["sft_target"] if "sft_target" in row else row["answer"])
 
 
 def _check_batch(name: str, prompts: list[str], responses: list[str], rows: list[dict]):

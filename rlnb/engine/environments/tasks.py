@@ -6,10 +6,12 @@ A task is a source of ``{"prompt", "answer"}`` rows plus the environment that sc
 (``base.Task``). Built in: ``addition`` (``"12+7="`` -> ``"19"``, the embedded tiny model's
 default, ``generated.py``), ``reverse`` (``"rev abc="`` -> ``"cba"``, ``reverse.py``),
 ``addition_think`` (addition whose answer may follow any number of ``"."`` filler characters,
-for Dr. GRPO's length-bias study, ``addition_think.py``) and ``math`` (GSM8K-style rows from a hub
-data set or a local file, scored with ``math_verify``, ``math_task.py``). ``register_task`` adds
-one of a user's; each task reads the ``data`` fields its constructor takes, and a field set for a
-task that does not read it is refused.
+for Dr. GRPO's length-bias study, ``addition_think.py``), ``math`` (GSM8K-style rows from a hub
+data set or a local file, scored with ``math_verify``, ``math_task.py``) and ``dataset`` (a user's
+rows in TRL's format, scored by the run's ``reward_funcs``, ``user_data.py``). ``register_task``
+adds one of a user's; each task reads the ``data`` fields its constructor takes, and a field set
+for a task that does not read it is refused. A prompt is text, or chat messages that go through
+the tokenizer's own chat template.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from rlnb.engine.environments.base import Task
 from rlnb.engine.environments.generated import AdditionTask
 from rlnb.engine.environments.math_task import MathTask
 from rlnb.engine.environments.reverse import ReverseTask
+from rlnb.engine.environments.user_data import DatasetTask, is_messages
 
 # --------------------------------------------------------------------------------------------
 # prompts, the registry and the config
@@ -32,19 +35,28 @@ from rlnb.engine.environments.reverse import ReverseTask
 
 def format_prompt(row: dict, tokenizer=None, chat_template: bool = False) -> str:
     """The text to generate from: the row's prompt as is (tiny model), or wrapped in the
-    tokenizer's chat template as one user turn with the assistant's turn opened."""
+    tokenizer's chat template as one user turn with the assistant's turn opened. A prompt of
+    chat messages (``[{"role", "content"}, ...]``) always goes through the chat template."""
     if "prompt" not in row:
         raise ValueError(f"row has no 'prompt' key (keys: {list(row)})")
-    if not chat_template:
-        return row["prompt"]
+    messages = row["prompt"]
+    if isinstance(messages, str):
+        if not chat_template:
+            return messages
+        messages = [{"role": "user", "content": messages}]
+    elif not is_messages(messages):
+        raise ValueError(f"a prompt is text or a list of {{'role', 'content'}} messages, got "
+                         f"{messages!r}")
     if tokenizer is None:
-        raise ValueError("chat_template=True needs a tokenizer")
+        raise ValueError("chat messages need a tokenizer with a chat template")
     if getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError(
-            f"{type(tokenizer).__name__} has no chat template; use chat_template=False"
-        )
-    messages = [{"role": "user", "content": row["prompt"]}]
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        why = ("the prompts are chat messages" if not chat_template
+               else "policy.chat_template=true")
+        raise ValueError(f"{why}, but the tokenizer ({type(tokenizer).__name__}) has no chat "
+                         "template: give prompts as text (and policy.chat_template=false), or a "
+                         "model whose tokenizer has one")
+    return tokenizer.apply_chat_template(list(messages), add_generation_prompt=True,
+                                         tokenize=False)
 
 
 # the registry (name -> Task class): ``data.name`` picks one; each reads the ``data`` fields its
@@ -54,7 +66,10 @@ TASKS: dict[str, type[Task]] = {
     "reverse": ReverseTask,
     "addition_think": AdditionThinkTask,
     "math": MathTask,
+    "dataset": DatasetTask,
 }
+# data fields of the run's reward functions (reward_funcs.py), read whatever task gives the rows
+REWARD_FIELDS = ("correct_reward", "correct_threshold")
 
 
 def register_task(name: str, cls: type[Task]) -> None:
@@ -94,14 +109,31 @@ class TaskConfig(Config):
         None, description="math: hub name ('openai/gsm8k') or local .json/.jsonl/.parquet file"
     )
     dataset_config: str | None = Field(None, description="math: hub config ('main' for GSM8K)")
-    split: str = Field("train", description="math: hub split to train on")
+    path: str | None = Field(
+        None, description="dataset: a .jsonl/.json/.parquet/.csv file or a save_to_disk folder "
+        "with a 'prompt' column (text or chat messages); the other columns reach the reward "
+        "functions")
+    split: str = Field("train", description="math: hub split to train on; dataset: the split "
+                       "of a DatasetDict to train on")
     val_split: str | None = Field(
-        None, description="math: validation split or file; None holds out num_val train rows"
-    )
-    prompt_key: str = Field("question", description="math: column with the question")
-    answer_key: str = Field("answer", description="math: column with the reference answer")
+        None, description="math, dataset: validation split or file; None holds out num_val "
+        "train rows")
+    prompt_key: str | None = Field(
+        None, description="math, dataset: the column with the prompt (default: math 'question', "
+        "dataset 'prompt')")
+    answer_key: str = Field("answer", description="math: column with the reference answer; "
+                            "dataset: column with the demonstration the warm start trains on")
     num_val: int = Field(200, ge=1, description="number of held-out validation rows")
+    val_fraction: float | None = Field(
+        None, gt=0, lt=1, description="dataset: hold out this share of the rows instead of "
+        "num_val")
     seed: int = Field(0, description="chooses the held-out validation problems")
+    correct_reward: str | None = Field(
+        None, description="with reward_funcs: the reward function whose score defines a "
+        "correct response (or 'total', the weighted sum), for accuracy metrics; None: no "
+        "accuracy (the task has no notion of correct)")
+    correct_threshold: float = Field(
+        1.0, description="with correct_reward: correct when that score is >= this")
 
     @field_validator("name")
     @classmethod
@@ -109,9 +141,20 @@ class TaskConfig(Config):
         choose(TASKS, v, "task")
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_prompt_key(cls, data):
+        # run directories written while prompt_key was math's alone dump prompt_key: question
+        if (isinstance(data, dict) and data.get("prompt_key") == "question"
+                and data.get("name", "addition") in TASKS
+                and "prompt_key" not in inspect.signature(TASKS[data.get("name", "addition")])
+                .parameters):
+            data = {k: v for k, v in data.items() if k != "prompt_key"}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> TaskConfig:
-        takes = set(inspect.signature(TASKS[self.name]).parameters)
+        takes = set(inspect.signature(TASKS[self.name]).parameters) | set(REWARD_FIELDS)
         # set to something else than its default (a dumped config sets every key, to defaults)
         ignored = sorted(k for k in self.model_fields_set if k != "name" and k not in takes
                          and getattr(self, k) != type(self).model_fields[k].default)
@@ -128,7 +171,12 @@ class TaskConfig(Config):
 def build_task(config: TaskConfig | dict | None = None) -> Task:
     """The task a ``TaskConfig`` (or a plain dict, or ``None`` for the default) describes."""
     cfg = parse_config(TaskConfig, config, "task")
+    return make_task(cfg.name, **task_arguments(cfg))
+
+
+def task_arguments(cfg: TaskConfig) -> dict:
+    """The ``data`` fields the task ``cfg.name`` takes; a field left ``None`` is left to the
+    task's own default (``prompt_key``: math's 'question', dataset's 'prompt')."""
     params = inspect.signature(TASKS[cfg.name]).parameters
-    return make_task(
-        cfg.name, **{k: getattr(cfg, k) for k in params if k in TaskConfig.model_fields}
-    )
+    return {k: getattr(cfg, k) for k in params
+            if k in TaskConfig.model_fields and getattr(cfg, k) is not None}

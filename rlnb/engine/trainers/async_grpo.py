@@ -132,7 +132,7 @@ class AsyncGRPOTrainer(GRPOTrainer):
             add_logprobs(self.policy, batch, reuse=False, reference=self.need_reference)
         ages = [c - v for v in versions]
         batch.metrics.update({
-            **outcome_metrics(self.dist, batch),
+            **outcome_metrics(self.dist, batch, correct=self.task.defines_correct),
             **importance_weight_metrics(batch, placeholder=self._loss_computes_prev_logprobs()),
             "train/buffer_size": float(counters["buffer_size"]),
             "train/avg_trajectory_age": sum(ages) / len(ages),

@@ -34,7 +34,8 @@ import torch
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
 from rlnb.engine.batches import RolloutBatch, StepMetrics
 from rlnb.engine.distributed import Distributed
-from rlnb.engine.environments.tasks import build_task, format_prompt
+from rlnb.engine.environments.run_task import build_run_task, with_user_data
+from rlnb.engine.environments.tasks import format_prompt
 from rlnb.engine.models.generation import make_generation_backend
 from rlnb.engine.models.policy import Policy
 from rlnb.engine.timing import timer
@@ -73,11 +74,14 @@ class Trainer:
         config: the run's config (``rlnb.load_config(...)``, a ``MasterConfig``).
         policy, task: pre-built parts (default: built from the config).
         accelerator: an ``accelerate.Accelerator`` for several processes, else None.
+        reward_funcs, reward_weights, train_dataset, eval_dataset: a user's reward functions
+            and data, TRL's names (``environments/run_task.py``); recorded in ``self.config``.
     """
 
     loop_section = "grpo"  # the config section with the loop's keys
 
-    def __init__(self, config, *, policy=None, task=None, accelerator=None):
+    def __init__(self, config, *, policy=None, task=None, accelerator=None, reward_funcs=None,
+                 reward_weights=None, train_dataset=None, eval_dataset=None):
         if not all(hasattr(config, s) for s in (self.loop_section, "policy", "loss_fn", "data")):
             raise TypeError(
                 f"{type(self).__name__} takes a loaded config, got {type(config).__name__}: "
@@ -87,7 +91,9 @@ class Trainer:
                 f"{type(self).__name__} needs a config with algorithm: {self.loop_section}; this "
                 f"one has algorithm: {getattr(config, 'algorithm', 'grpo')!r} "
                 "(rlnb.engine.trainers.loops.make_trainer builds the loop a config names)")
-        self.config = config
+        user = {"reward_funcs": reward_funcs, "reward_weights": reward_weights,
+                "train_dataset": train_dataset, "eval_dataset": eval_dataset}
+        self.config = config = with_user_data(config, **user)
         self.dist = Distributed(accelerator)
         loop = self.loop_config
         check_loop_rules(config)  # choice 2: fields may have been assigned since it loaded
@@ -103,7 +109,7 @@ class Trainer:
         self.policy = policy or Policy(
             config.policy, seed=loop.seed, need_reference=self.need_reference, dist=self.dist
         )
-        self.task = task or build_task(config.data)
+        self.task = task or build_run_task(config, self.policy.tokenizer, **user)
         self.env = config.env.build(self.task)  # what steps multi-turn conversations
         p = config.policy
         self.max_prompt_length = p.max_total_sequence_length - p.generation.max_new_tokens
@@ -173,13 +179,15 @@ class Trainer:
                                         loop.num_generations_per_prompt)
         batch.metrics["timing/train/rollout"] = elapsed()
         batch.metrics.update(outcome_metrics(self.dist, batch,
-                                             signal=not loop.use_dynamic_sampling))
+                                             signal=not loop.use_dynamic_sampling,
+                                             correct=self.task.defines_correct))
         return batch
 
     # ------------------------------------------------------------------ validation
     @torch.no_grad()
     def validate(self, num_prompts: int | None = None) -> dict[str, float]:
-        """Held-out accuracy: ``validation/accuracy`` (mean reward), ``avg_length``, ``pass_k``."""
+        """Held-out results: ``validation/reward`` (mean reward), ``avg_length``, and when the
+        task defines ``correct``, ``accuracy`` (share correct) and ``pass_k``."""
         loop = self.loop_config
         available = len(self.task.val_rows())
         rows = self.dist.shard(
@@ -188,13 +196,15 @@ class Trainer:
         # choice 3: its own random state, so validating never shifts the training stream
         with isolated_rng(loop.seed * 1_000_003 + self.step_count + 7, self.policy.device):
             batch = self.generate_batch(rows, k)
-        rewards = batch.rewards.view(len(rows), k)  # [P, k]
+        correct = batch.correct.view(len(rows), k).float()  # [P, k]
         metrics = {
-            "validation/accuracy": float(rewards.mean()),
+            "validation/reward": float(batch.rewards.mean()),
             "validation/avg_length": float(batch.response_lengths.float().mean()),
         }
-        if k > 1:
-            metrics["validation/pass_k"] = float((rewards > 0).any(dim=1).float().mean())
+        if self.task.defines_correct:  # (the built-in tasks: reward = correct, 0 or 1)
+            metrics["validation/accuracy"] = float(correct.mean())
+            if k > 1:
+                metrics["validation/pass_k"] = float(correct.amax(dim=1).mean())
         self.last_validation = self.dist.mean_dict(metrics)
         return self.last_validation
 

@@ -149,8 +149,9 @@ class PPOTrainer(Trainer):
 
     loop_section = "ppo"
 
-    def __init__(self, config, *, policy=None, task=None, accelerator=None, critic=None):
-        super().__init__(config, policy=policy, task=task, accelerator=accelerator)
+    def __init__(self, config, *, policy=None, task=None, accelerator=None, critic=None,
+                 **user_data):
+        super().__init__(config, policy=policy, task=task, accelerator=accelerator, **user_data)
         value_body(self.policy.model)  # fail now, not at the first step, if there is no body
         self.value_loss_fn = MseValueLossFn(config.value_loss_fn)
         self._critic = critic

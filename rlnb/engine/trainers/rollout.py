@@ -83,9 +83,11 @@ def sample_and_score(inputs: RolloutInputs, generator, rows: list[dict[str, Any]
         t_gen = elapsed()
         elapsed = timer()
         rewards = check_rewards(
-            inputs.task.score(prompts, gens.texts, rep_rows), len(prompts), inputs.task.name)
+            inputs.task.score_rollout(prompts, rep_rows, gens, generations=generations,
+                                      step=step), len(prompts), inputs.task.name)
         t_reward = elapsed()
         generated = gens.response_mask.float()
+        extra.update({f"train/{k}": v for k, v in rewards.metrics.items()})
     input_ids = torch.cat([gens.prompt_ids, gens.response_ids], dim=1)  # [B, S]
     attention_mask = torch.cat([gens.prompt_mask, gens.response_mask], dim=1)  # [B, S]
     zeros = torch.zeros_like(gens.prompt_ids, dtype=torch.float32)  # [B, L]
@@ -151,12 +153,17 @@ def shaped_rewards(loop, rewards, components, truncated, lengths):
     return rewards, components
 
 
-def outcome_metrics(dist, batch: RolloutBatch, signal: bool = True) -> dict[str, float]:
-    """The rewards' mean and spread over ranks (``dist``: the trainer's ``Distributed``),
-    response lengths by outcome and (``signal``) the fraction of groups with signal, of the
-    batch a step trains on."""
-    out = {**reward_metrics(dist, batch.rewards),
-           **length_by_outcome(batch.response_lengths, batch.correct)}
+def outcome_metrics(dist, batch: RolloutBatch, signal: bool = True, correct: bool = True
+                    ) -> dict[str, float]:
+    """The rewards' mean and spread over ranks (``dist``: the trainer's ``Distributed``), each
+    reward component's mean (``train/reward/<name>``), response lengths by outcome (when the
+    task defines ``correct``) and (``signal``) the fraction of groups with signal, of the batch
+    a step trains on."""
+    out = reward_metrics(dist, batch.rewards)
+    out.update(dist.mean_dict({f"train/reward/{k}": float(v.double().mean())
+                               for k, v in batch.reward_components.items()}))
+    if correct:
+        out.update(length_by_outcome(batch.response_lengths, batch.correct))
     if signal:  # (dynamic sampling counts every group it generated instead)
         with_signal, groups = groups_with_signal(batch.group, batch.rewards)
         # every rank holds as many groups: the mean over ranks is the global fraction

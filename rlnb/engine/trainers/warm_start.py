@@ -43,6 +43,8 @@ from pydantic import Field
 
 from rlnb.algorithms.preference import nll_loss
 from rlnb.config import Config
+from rlnb.engine.environments.base import row_demonstration
+from rlnb.engine.environments.tasks import format_prompt
 from rlnb.engine.models.backend import tokenize_prompts
 from rlnb.engine.trainers.rollout import sample_and_score
 
@@ -78,6 +80,9 @@ def warm_start_key(trainer, cfg: SFTConfig) -> str:
         # probe accuracy goes through the environment only in multi-turn rollouts
         [turns, getattr(config, "env", None)] if turns > 1 else None,
     ]
+    data = getattr(trainer.task, "fingerprint", None)
+    if data is not None:  # a user's rows and reward functions: not all of them are in the config
+        parts.append(data)
     blob = json.dumps(
         [p.model_dump(mode="json") if hasattr(p, "model_dump") else p for p in parts],
         sort_keys=True,
@@ -106,6 +111,8 @@ WEIGHT_CODE = (
     "rlnb.engine.environments.reverse",  # data.name=reverse
     "rlnb.engine.environments.addition_think",  # data.name=addition_think
     "rlnb.engine.environments.math_task",  # data.name=math
+    "rlnb.engine.environments.user_data",  # data.name=dataset: a user's rows
+    "rlnb.engine.environments.reward_funcs",  # a user's reward functions (the probe accuracy)
     "rlnb.engine.environments.multiturn",  # probe rollouts with max_rollout_turns > 1
     "rlnb.algorithms.preference",  # nll_loss
     "rlnb.algorithms.logprobs",  # token log-probs of the loss and the sampler
@@ -159,12 +166,17 @@ def build_stamp(trainer) -> dict:
             "packages": package_versions(trainer.config.policy.generation.backend)}
 
 
-def supervised_batch(tokenizer, rows: list[dict]) -> dict[str, torch.Tensor]:
+def supervised_batch(tokenizer, rows: list[dict], demonstration=None
+                     ) -> dict[str, torch.Tensor]:
     """``prompt + answer + EOS`` rows (prompt left-padded) with token_mask on answer tokens;
-    a row's ``sft_target``, when it has one, replaces its answer (``addition_think``)."""
-    prompt_ids, prompt_mask = tokenize_prompts(tokenizer, [r["prompt"] for r in rows])
+    ``demonstration(row)`` is the answer (default: a row's ``sft_target``, when it has one
+    (``addition_think``), else its ``answer``; a task's own: ``Task.demonstration``). A prompt
+    of chat messages goes through the tokenizer's chat template."""
+    demonstration = demonstration or row_demonstration
+    prompt_ids, prompt_mask = tokenize_prompts(
+        tokenizer, [format_prompt(r, tokenizer, False) for r in rows])
     answers = [
-        tokenizer(r.get("sft_target", r["answer"]), add_special_tokens=False)["input_ids"]
+        tokenizer(demonstration(r), add_special_tokens=False)["input_ids"]
         + [tokenizer.eos_token_id]
         for r in rows
     ]
@@ -183,9 +195,10 @@ def supervised_batch(tokenizer, rows: list[dict]) -> dict[str, torch.Tensor]:
 
 
 def sampled_accuracy(trainer, rows: list[dict]) -> float:
-    """Mean reward of one sampled response per row (the generation settings of the loop)."""
-    return float(sample_and_score(trainer.rollout_inputs(), trainer.generator, rows, 1, 0)
-                 .rewards.mean())
+    """Share correct of one sampled response per row (the generation settings of the loop);
+    the mean reward for a task with no notion of correct."""
+    batch = sample_and_score(trainer.rollout_inputs(), trainer.generator, rows, 1, 0)
+    return float((batch.correct if trainer.task.defines_correct else batch.rewards).float().mean())
 
 
 def warm_start(trainer, cfg: SFTConfig, *, progress: bool = False, log=print) -> dict:
@@ -210,8 +223,8 @@ def _warm_start(trainer, cfg: SFTConfig, *, progress: bool, log) -> dict:
         bar = progress_bar(total=cfg.max_steps, desc="warm start (SFT)")
     for steps in range(1, cfg.max_steps + 1):
         batch = supervised_batch(
-            policy.tokenizer, rows[(steps - 1) * cfg.batch_size : steps * cfg.batch_size]
-        )
+            policy.tokenizer, rows[(steps - 1) * cfg.batch_size : steps * cfg.batch_size],
+            task.demonstration)
         policy.model.train()
         logprobs = policy.forward_logprobs(
             policy.model,

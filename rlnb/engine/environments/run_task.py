@@ -1,0 +1,132 @@
+"""The task a run trains on: from its config (``data``, ``reward_funcs``) and from what Python
+hands a trainer (TRL's names: ``reward_funcs``, ``reward_weights``, ``train_dataset``,
+``eval_dataset``).
+
+    trainer = rlnb.GRPOTrainer(config, reward_funcs=[format_reward, accuracy_reward],
+                               train_dataset=ds, eval_dataset=held_out)
+
+Implementation choices:
+1) Rows come from ``train_dataset`` (``DatasetTask.from_data``) or from ``data`` (any task:
+   ``data.name: dataset`` with ``data.path``, or a built-in task's rows); reward functions, when
+   the run has any, score them (``RewardFuncsTask``), whichever task gives the rows.
+2) What Python hands over wins over the config and is recorded in it (``with_user_data``): the
+   functions as ``module:function`` with their weights, the data as ``data.name: dataset`` with
+   no path. So a run's ``config.yaml`` says what trained it, and a replay (``verify_run``,
+   resume) in the same notebook is handed the same objects again.
+3) What would fail at the first step fails here instead: prompts of chat messages with a
+   tokenizer that has no chat template, rows without a reward, ``data.correct_reward`` with no
+   reward function, reward functions in a multi-turn rollout.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from rlnb.engine.environments.base import Task
+from rlnb.engine.environments.reward_funcs import (
+    RewardFuncConfig,
+    RewardFuncsTask,
+    reward_func_list,
+)
+from rlnb.engine.environments.tasks import REWARD_FIELDS, TaskConfig, build_task, task_arguments
+from rlnb.engine.environments.user_data import DatasetTask
+
+
+def user_funcs(config, reward_funcs=None, reward_weights=None):
+    """The run's ``RewardFunc``s: those handed over in Python, else the config's; None if
+    neither has any."""
+    if reward_funcs is not None:
+        return reward_func_list(reward_funcs, reward_weights)
+    if reward_weights is not None:
+        raise ValueError("reward_weights= without reward_funcs=: weights of the config's "
+                         "functions go in reward_funcs entries ({func: ..., weight: ...})")
+    configured = getattr(config, "reward_funcs", None) or []
+    return reward_func_list(configured) if configured else None
+
+
+def with_user_data(config, *, reward_funcs=None, reward_weights=None, train_dataset=None,
+                   eval_dataset=None):
+    """``config`` with what Python hands over recorded in it (choice 2): a validated copy, or
+    ``config`` itself when nothing is handed over."""
+    if reward_funcs is None and train_dataset is None and eval_dataset is None:
+        if reward_weights is not None:
+            user_funcs(config, None, reward_weights)  # raises
+        return config
+    if eval_dataset is not None and train_dataset is None:
+        raise ValueError("eval_dataset= needs train_dataset= (the held-out rows of a task's own "
+                         "data are data.val_split or carved out of it)")
+    config = config.model_copy(deep=True)
+    if reward_funcs is not None:
+        funcs = reward_func_list(reward_funcs, reward_weights)
+        config.reward_funcs = [RewardFuncConfig(func=f.ref, weight=f.weight, name=f.name)
+                               for f in funcs]
+    if train_dataset is not None:  # the data set's fields carry over, a path does not
+        takes = set(inspect.signature(DatasetTask).parameters) | set(REWARD_FIELDS)
+        kept = {k: getattr(config.data, k) for k in config.data.model_fields_set
+                if k in takes and k != "path"}
+        config.data = TaskConfig(name="dataset", **kept)
+    return config
+
+
+def build_run_task(config, tokenizer=None, *, reward_funcs=None, reward_weights=None,
+                   train_dataset=None, eval_dataset=None) -> Task:
+    """The task of a run (choices 1 and 3): its rows, scored by its reward functions if any."""
+    config = with_user_data(config, reward_funcs=reward_funcs, reward_weights=reward_weights,
+                            train_dataset=train_dataset, eval_dataset=eval_dataset)
+    data = config.data
+    funcs = user_funcs(config, reward_funcs, reward_weights)
+    if train_dataset is not None:
+        rows = DatasetTask.from_data(train_dataset, eval_dataset, **task_arguments(data))
+    else:
+        rows = build_task(data)
+    if funcs is None:
+        if isinstance(rows, DatasetTask):
+            raise ValueError("the data set has no reward of its own: give reward functions "
+                             "(reward_funcs: [module:function] in the config, or reward_funcs= "
+                             "in Python)")
+        if data.correct_reward is not None:
+            raise ValueError(f"data.correct_reward={data.correct_reward!r} names a reward "
+                             "function, but the run has none (reward_funcs)")
+        return rows
+    loop = getattr(config, getattr(config, "algorithm", "grpo"), None)
+    if getattr(loop, "max_rollout_turns", 1) > 1:
+        raise ValueError("reward_funcs score single-turn completions, but max_rollout_turns="
+                         f"{loop.max_rollout_turns}: set it to 1")
+    task = RewardFuncsTask(rows, funcs, correct_reward=data.correct_reward,
+                           correct_threshold=data.correct_threshold)
+    if task.chat and getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError(f"the data's prompts are chat messages, but the tokenizer "
+                         f"({type(tokenizer).__name__}) has no chat template: give prompts as "
+                         "text, or a model whose tokenizer has one")
+    return task
+
+
+def check_reward_rules(config) -> None:
+    """Rules between ``reward_funcs`` and the other sections, checked when a config loads
+    (names are known there only for functions the config itself names)."""
+    entries = getattr(config, "reward_funcs", None) or []
+    if not entries:
+        return
+    names = [e.name or e.func.rsplit(":", 1)[1].rsplit(".", 1)[-1] for e in entries]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise ValueError(f"reward_funcs: two functions are called {dup!r}; give one a name "
+                         "({func: ..., name: ...})")
+    correct = config.data.correct_reward
+    if correct is not None and correct not in (*names, "total"):
+        raise ValueError(f"data.correct_reward={correct!r} is not one of reward_funcs {names} "
+                         "nor 'total'")
+    section = getattr(config, "algorithm", "grpo")
+    loop = getattr(config, section, None)
+    if loop is None:
+        return
+    if loop.max_rollout_turns > 1:
+        raise ValueError(f"reward_funcs score single-turn completions, but {section}."
+                         f"max_rollout_turns={loop.max_rollout_turns}: set it to 1")
+    weights = [e.weight for e in entries]
+    est = loop.adv_estimator
+    if est.name == "gdpo" and any(w != 1.0 for w in weights) and est.reward_weights is None:
+        order = sorted(names)
+        raise ValueError(f"reward_funcs carry weights {weights}, but GDPO normalises each "
+                         f"component and weighs them with {section}.adv_estimator.reward_weights "
+                         f"(components in the order {order}): set the weights there")
