@@ -43,6 +43,8 @@ _LAZY = {
     "MasterConfig": "rlnb.run.master_config",
     "load_config": "rlnb.run.master_config",
     "ablate": "rlnb.run.ablation",
+    "signal_check": "rlnb.engine.signal_check",
+    "group_reward": "rlnb.engine.environments.reward_funcs",
 }
 __all__ = [*_algorithms_all, *_LAZY, "__version__"]
 

@@ -10,6 +10,8 @@
   ratio, KL, entropy or the generation-vs-training log-prob gap.
 - ``EstimatorComparison``: one frozen batch through every estimator and loss setting.
 - ``ConfigPanel``: edit hyperparameters between steps.
+- ``RewardWorkbench``: a run's reward functions on hand-written or sampled completions, per row
+  and per group, no-signal groups flagged; ``signal_figure`` draws the signal check.
 - ``show(fig)``: a plotly figure that also renders in saved notebooks and HTML exports.
 - ``sweep_figures(root)``: the curves of an ``rlnb sweep`` (a line per run, the mean over seeds).
 
@@ -23,12 +25,14 @@ from rlnb.widgets.comparison import EstimatorComparison
 from rlnb.widgets.config_panel import ConfigPanel
 from rlnb.widgets.dashboard import DEFAULT_PANELS, Dashboard, Panel
 from rlnb.widgets.inspector import RolloutInspector, TokenView
+from rlnb.widgets.reward_workbench import RewardWorkbench, signal_figure
 from rlnb.widgets.static import ensure_plotlyjs, figure_bundle, figure_html, show, table_html
 from rlnb.widgets.stepper import StageStepper
 from rlnb.widgets.sweep_report import sweep_figures
 
 __all__ = [
     "DEFAULT_PANELS", "ConfigPanel", "Dashboard", "EstimatorComparison", "MetricCard", "Panel",
-    "RolloutInspector", "StageStepper", "TokenView", "ensure_plotlyjs", "figure_bundle",
-    "figure_html", "metric_card", "show", "sweep_figures", "table_html",
+    "RewardWorkbench", "RolloutInspector", "StageStepper", "TokenView", "ensure_plotlyjs",
+    "figure_bundle", "figure_html", "metric_card", "show", "signal_figure", "sweep_figures",
+    "table_html",
 ]

@@ -117,15 +117,32 @@ _TIMING_NAMES = {
 
 def panels_for(trainer=None, history: Iterable[dict[str, Any]] = ()) -> tuple[Panel, ...]:
     """The panels of a trainer's loop (``LOOP_PANELS``); without a trainer, PPO's when the
-    history holds critic metrics, else the default."""
+    history holds critic metrics, else the default. A task of reward functions adds a panel of
+    its components; one with no notion of correct marks the held-out reward, not accuracy."""
     if trainer is not None:
         if hasattr(trainer, "collector"):
-            return ASYNC_PANELS
-        return LOOP_PANELS.get(getattr(trainer, "loop_section", "grpo"), DEFAULT_PANELS)
+            panels = ASYNC_PANELS
+        else:
+            panels = LOOP_PANELS.get(getattr(trainer, "loop_section", "grpo"), DEFAULT_PANELS)
+        return task_panels(panels, getattr(trainer, "task", None))
     keys = {k for record in history for k in record}
     if any(k.startswith("critic/") for k in keys):
         return PPO_PANELS
     return ASYNC_PANELS if "train/buffer_size" in keys else DEFAULT_PANELS
+
+
+def task_panels(panels: tuple[Panel, ...], task) -> tuple[Panel, ...]:
+    """``panels`` for ``task``: the reward panel's markers are ``validation/reward`` when the
+    task defines no ``correct``; reward functions get a panel of ``train/reward/<name>``."""
+    if task is None:
+        return panels
+    first = panels[0]
+    if not getattr(task, "defines_correct", True):
+        first = Panel(first.title, first.keys, band=first.band, markers="validation/reward")
+    names = [f.name for f in getattr(task, "funcs", ())]
+    extra = (Panel("reward components (mean)", tuple(f"train/reward/{n}" for n in names)),) \
+        if names else ()
+    return (first, *panels[1:], *extra)
 
 
 def training_loop(source):
@@ -147,6 +164,10 @@ def is_headless() -> bool:
         return True
     shell = get_ipython()
     return shell is None or not hasattr(shell, "kernel")
+
+
+MARKER_NAMES = {"validation/accuracy": "held-out accuracy",
+                "validation/reward": "held-out reward"}
 
 
 def build_figure(panels: tuple[Panel, ...], cols: int = 3):
@@ -178,12 +199,22 @@ def build_figure(panels: tuple[Panel, ...], cols: int = 3):
             fig.update_yaxes(range=list(panel.y_range), autorange=False, row=row, col=col)
         if panel.markers:
             index[(panel.markers, "markers")] = len(fig.data)
-            fig.add_scatter(x=[], y=[], mode="markers", name="held-out accuracy",
+            fig.add_scatter(x=[], y=[], mode="markers", name=MARKER_NAMES.get(
+                panel.markers, panel.markers),
                             marker={"symbol": "diamond", "size": 8}, row=row, col=col)
     fig.update_layout(meta="rlnb-dashboard", height=300 * rows,
                       margin={"l": 40, "r": 10, "t": 40, "b": 30},
                       legend={"orientation": "h", "y": -0.08}, template="plotly_white")
     return fig, index
+
+
+def no_accuracy_note(trainer) -> str | None:
+    """The line saying why there is no accuracy: the task has no notion of correct."""
+    task = getattr(trainer, "task", None)
+    if task is None or getattr(task, "defines_correct", True):
+        return None
+    return ("no accuracy: no reward defines a correct response (data.correct_reward names "
+            "one); the markers are the held-out reward")
 
 
 class Dashboard(LiveAndStatic):
@@ -228,6 +259,7 @@ class Dashboard(LiveAndStatic):
                                    tooltip="formula, expected range and what to check")
         self.cards = w.HTML(self.cards_html(), layout=w.Layout(display="none"))
         self.info.observe(self._toggle_cards, names="value")
+        self.note = no_accuracy_note(self.trainer)
         self.status = w.HTML(self._status_text("ready"))
         self.widget = w.VBox([w.HBox([self.status, self.stop_button, self.info]),
                               self.fig, self.cards])
@@ -395,7 +427,8 @@ class Dashboard(LiveAndStatic):
 
     # ------------------------------------------------------------------ views
     def _status_text(self, text: str) -> str:
-        return f"<span style='font-family:monospace;padding:0 1em'>{text}</span>"
+        note = f" — {self.note}" if getattr(self, "note", None) else ""
+        return f"<span style='font-family:monospace;padding:0 1em'>{text}{note}</span>"
 
     def _toggle_cards(self, change) -> None:
         self.cards.layout.display = "block" if change["new"] else "none"
@@ -432,5 +465,6 @@ class Dashboard(LiveAndStatic):
 
     def static_html(self) -> str:
         n = len(self.history)
-        return (f"<div><b>rlnb dashboard</b> — {n} steps (static snapshot)</div>"
+        note = f" — {self.note}" if self.note else ""
+        return (f"<div><b>rlnb dashboard</b> — {n} steps (static snapshot){note}</div>"
                 + figure_html(self.static_figure()) + table_html(self.last_values()))

@@ -72,8 +72,13 @@ class TrainingRun:
         accelerator=None,
         progress: bool = True,
         log=print,
+        **user_data,
     ):
+        """``user_data``: a user's ``reward_funcs``, ``reward_weights``, ``train_dataset`` and
+        ``eval_dataset``, as the trainers take them (recorded in the run's config.yaml; a resume
+        or a replay of the run is handed them again)."""
         from rlnb.engine.distributed import Distributed
+        from rlnb.engine.environments.run_task import with_user_data
         from rlnb.engine.trainers.loop_config import logprob_source
         from rlnb.engine.trainers.loops import make_trainer
         from rlnb.run.loggers import make_loggers
@@ -85,7 +90,7 @@ class TrainingRun:
             raise ValueError(f"cannot resume: {path} is not a run directory (no config.yaml)")
         if resume and config is None and preset is None:
             config = path / RunDir.CONFIG  # the run's own record is its config (choice 4)
-        self.config = load_config(config, overrides, preset=preset)
+        self.config = with_user_data(load_config(config, overrides, preset=preset), **user_data)
         self.progress, self.log_line = progress, log
         self.dist = Distributed(accelerator)
         expected = self.config.cluster.num_processes
@@ -99,7 +104,7 @@ class TrainingRun:
         self.path = path
         try:
             self.loggers = make_loggers(self.config.logger, self.run_dir) if self.run_dir else []
-            self.trainer = make_trainer(self.config, accelerator=accelerator)
+            self.trainer = make_trainer(self.config, accelerator=accelerator, **user_data)
             if self.dist.is_main:  # the choice made when the config loaded, said once
                 log(f"generation: policy.generation.backend={self.config.policy.generation.backend}"
                     f"; {logprob_source(self.trainer.loop_config)}")

@@ -85,9 +85,10 @@ def _same(a, b) -> bool:
 
 
 def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | None = None, *,
-               log=print) -> VerifyReport:
+               log=print, **user_data) -> VerifyReport:
     """Replay ``steps`` steps from the checkpoint at ``from_step`` (default: the earliest
-    checkpoint; all logged steps after it) and compare them with what the run logged."""
+    checkpoint; all logged steps after it) and compare them with what the run logged.
+    ``user_data``: the ``reward_funcs``, ``train_dataset``, ... the run was handed in Python."""
     from rlnb.engine.trainers.loops import make_trainer
     from rlnb.run.checkpoint import (
         checkpoint_problem,
@@ -130,7 +131,7 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
     if n < 1 or available[:n] != list(range(k + 1, k + 1 + n)):
         raise ValueError(f"--steps {n}: the run logged steps {available[:n] or 'none'} after "
                          f"checkpoint {k}; nothing to compare beyond them")
-    trainer = make_trainer(config)
+    trainer = make_trainer(config, **user_data)
     if config.sft.enabled:
         cached_warm_start(trainer, config.sft, log=lambda *a: None)
     state = load_checkpoint(ckpts[k], model=trainer.policy.model,
