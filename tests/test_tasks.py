@@ -236,7 +236,7 @@ def test_format_prompt():
 
 
 def test_make_task_and_registry():
-    assert list(TASKS) == ["addition", "reverse", "addition_think", "math"]
+    assert list(TASKS) == ["addition", "reverse", "addition_think", "math", "dataset"]
     assert isinstance(make_task("addition", max_operand=9, num_val=10), AdditionTask)
     with pytest.raises(ValueError, match=r"unknown task 'additon' \(did you mean 'addition'\?\)"):
         make_task("additon")

@@ -50,7 +50,8 @@ from pydantic import Field, field_validator, model_validator
 
 from rlnb.config import Config
 from rlnb.engine.environments.base import Rewards, Task
-from rlnb.engine.environments.user_data import fingerprint, is_messages
+from rlnb.engine.environments.prompts import is_messages
+from rlnb.engine.environments.user_data import fingerprint
 
 _REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.<>]*")
 

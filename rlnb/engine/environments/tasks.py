@@ -26,37 +26,12 @@ from rlnb.engine.environments.addition_think import AdditionThinkTask
 from rlnb.engine.environments.base import Task
 from rlnb.engine.environments.generated import AdditionTask
 from rlnb.engine.environments.math_task import MathTask
+from rlnb.engine.environments.prompts import format_prompt  # noqa: F401 (its old home)
 from rlnb.engine.environments.reverse import ReverseTask
-from rlnb.engine.environments.user_data import DatasetTask, is_messages
+from rlnb.engine.environments.user_data import DatasetTask
 
 # --------------------------------------------------------------------------------------------
 # prompts, the registry and the config
-
-
-def format_prompt(row: dict, tokenizer=None, chat_template: bool = False) -> str:
-    """The text to generate from: the row's prompt as is (tiny model), or wrapped in the
-    tokenizer's chat template as one user turn with the assistant's turn opened. A prompt of
-    chat messages (``[{"role", "content"}, ...]``) always goes through the chat template."""
-    if "prompt" not in row:
-        raise ValueError(f"row has no 'prompt' key (keys: {list(row)})")
-    messages = row["prompt"]
-    if isinstance(messages, str):
-        if not chat_template:
-            return messages
-        messages = [{"role": "user", "content": messages}]
-    elif not is_messages(messages):
-        raise ValueError(f"a prompt is text or a list of {{'role', 'content'}} messages, got "
-                         f"{messages!r}")
-    if tokenizer is None:
-        raise ValueError("chat messages need a tokenizer with a chat template")
-    if getattr(tokenizer, "chat_template", None) is None:
-        why = ("the prompts are chat messages" if not chat_template
-               else "policy.chat_template=true")
-        raise ValueError(f"{why}, but the tokenizer ({type(tokenizer).__name__}) has no chat "
-                         "template: give prompts as text (and policy.chat_template=false), or a "
-                         "model whose tokenizer has one")
-    return tokenizer.apply_chat_template(list(messages), add_generation_prompt=True,
-                                         tokenize=False)
 
 
 # the registry (name -> Task class): ``data.name`` picks one; each reads the ``data`` fields its

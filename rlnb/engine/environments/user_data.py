@@ -32,14 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from rlnb.engine.environments.base import Rewards, Task, _take
+from rlnb.engine.environments.prompts import is_messages
 
 SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
-
-
-def is_messages(prompt: Any) -> bool:
-    """Whether a prompt is chat-formatted: a list of ``{"role", "content"}`` dicts."""
-    return isinstance(prompt, (list, tuple)) and all(
-        isinstance(m, Mapping) and "role" in m and "content" in m for m in prompt)
 
 
 def read_file(path: str | Path) -> list[dict]:

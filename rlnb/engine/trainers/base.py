@@ -34,8 +34,8 @@ import torch
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
 from rlnb.engine.batches import RolloutBatch, StepMetrics
 from rlnb.engine.distributed import Distributed
+from rlnb.engine.environments.prompts import format_prompt
 from rlnb.engine.environments.run_task import build_run_task, with_user_data
-from rlnb.engine.environments.tasks import format_prompt
 from rlnb.engine.models.generation import make_generation_backend
 from rlnb.engine.models.policy import Policy
 from rlnb.engine.timing import timer

@@ -31,7 +31,7 @@ from rlnb.algorithms.rewards import scale_rewards, shape_rewards
 from rlnb.engine.batches import RolloutBatch
 from rlnb.engine.environments.base import check_rewards
 from rlnb.engine.environments.multiturn import sample_conversations
-from rlnb.engine.environments.tasks import format_prompt
+from rlnb.engine.environments.prompts import format_prompt
 from rlnb.engine.timing import timer
 
 

@@ -44,7 +44,7 @@ from pydantic import Field
 from rlnb.algorithms.preference import nll_loss
 from rlnb.config import Config
 from rlnb.engine.environments.base import row_demonstration
-from rlnb.engine.environments.tasks import format_prompt
+from rlnb.engine.environments.prompts import format_prompt
 from rlnb.engine.models.backend import tokenize_prompts
 from rlnb.engine.trainers.rollout import sample_and_score
 
@@ -111,6 +111,8 @@ WEIGHT_CODE = (
     "rlnb.engine.environments.reverse",  # data.name=reverse
     "rlnb.engine.environments.addition_think",  # data.name=addition_think
     "rlnb.engine.environments.math_task",  # data.name=math
+    "rlnb.engine.environments.prompts",  # prompts as text, chat messages through a template
+    "rlnb.engine.environments.run_task",  # which rows and reward functions the run has
     "rlnb.engine.environments.user_data",  # data.name=dataset: a user's rows
     "rlnb.engine.environments.reward_funcs",  # a user's reward functions (the probe accuracy)
     "rlnb.engine.environments.multiturn",  # probe rollouts with max_rollout_turns > 1
