@@ -408,6 +408,88 @@ def test_notebook_commands_bad_input_exit_2_and_write_nothing(args, fragment, tm
     assert files(tmp_path) == before
 
 
+# --- a user's reward functions and data (reward_funcs, data.name=dataset)
+USER_ROWS_DATA = [{"question": f"{a}+{b}=", "solution": str(a + b)}
+                  for a in range(6) for b in range(6)]
+USER = ["data.name=dataset", "data.path=rows.jsonl", "data.prompt_key=question",
+        "data.num_val=4", "sft.enabled=false"]
+
+
+def user_module(tmp_path, body: str) -> str:
+    """A reward module with a unique name (in-process runs share sys.modules); its name."""
+    import hashlib
+
+    name = "rw_" + hashlib.sha1(f"{tmp_path}{body}".encode()).hexdigest()[:10]
+    (tmp_path / f"{name}.py").write_text("import math\n\n\ndef good(completions, **kw):\n"
+                                         "    return [0.0] * len(completions)\n\n\n" + body)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in USER_ROWS_DATA))
+    return name
+
+
+# rows that fail when the run starts: exit 2, one line, nothing written
+USER_START_ROWS = [
+    (["reward_funcs=[MOD:good]", "data.prompt_key=prompt"],
+     "has no 'prompt' column (columns: ['question', 'solution'])"),
+    (["reward_funcs=[no_such_module_q:good]"], "reward_funcs[0]: cannot import 'no_such_module_q'"),
+    (["reward_funcs=[MOD:nope]"], "has no function 'nope'"),
+    (["reward_funcs=[not a reference]"], "is not 'module:function'"),
+    (["reward_funcs=[MOD:good]", "data.correct_reward=nope"], "data.correct_reward='nope'"),
+    (["reward_funcs=[MOD:good]", "data.path=missing.jsonl"], "missing.jsonl"),
+    ([], "has no reward of its own"),
+    (["reward_funcs=[MOD:good, MOD:good]"], "two functions are called 'good'"),
+    (["reward_funcs=[MOD:good]", "data.prompt_key=question", "sft.enabled=true"],
+     "has no 'answer' column"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), USER_START_ROWS, ids=lambda x: str(x)[:40])
+def test_a_users_bad_functions_or_data_at_start_exit_2_and_write_nothing(args, fragment,
+                                                                        tmp_path, capsys):
+    mod = user_module(tmp_path, "")
+    before = files(tmp_path)
+    code = main(["train", "--no-progress", *SMALL, *USER,
+                 *[a.replace("MOD", mod) for a in args]])
+    out = capsys.readouterr()
+    assert code == 2, out.err
+    assert fragment in out.err and "Traceback" not in out.err + out.out, out.err
+    assert len(out.err.strip().splitlines()) <= 3, out.err
+    assert files(tmp_path) - {"__pycache__"} - {p for p in files(tmp_path)
+                                                if "__pycache__" in p} == before
+
+
+# functions that misbehave at the third step: exit 2 at the point of failure, one line naming
+# the function (and the row and prompt), the steps before it kept with error.txt beside them
+WHEN = "    if kw['trainer_state'].global_step < 2:\n        return [0.0] * len(completions)\n"
+USER_STEP_ROWS = [
+    ("    return [1 / (int(s) * 0) for s in solution]\n",
+     "reward function 'bad' raised ZeroDivisionError: division by zero"),
+    ("    return [0.0] * (len(completions) - 1)\n", "returned 15 scores for 16 completions"),
+    ("    return ['x'] * len(completions)\n", "returned 'x' (str) at row 0 (prompt '"),
+    ("    return [math.nan] * len(completions)\n", "returned nan at row 0"),
+    ("    return [math.inf] * len(completions)\n", "returned inf at row 0"),
+    ("    return 1.0\n", "returned a float, not a list of 16 scores"),
+]
+
+
+@pytest.mark.parametrize(("body", "fragment"), USER_STEP_ROWS, ids=lambda x: str(x)[:30])
+def test_a_reward_function_failing_mid_run_keeps_the_steps_before_it(body, fragment, tmp_path,
+                                                                    capsys):
+    mod = user_module(tmp_path, "def bad(completions, solution, **kw):\n" + WHEN + body)
+    code = main(["train", "--run-dir", "r", "--no-progress", *SMALL, *USER,
+                 f"reward_funcs=[{mod}:bad]", "grpo.val_period=0"])
+    out = capsys.readouterr()
+    assert code == 2, out.err
+    assert fragment in out.err and "Traceback" not in out.err + out.out, out.err
+    assert len(out.err.strip().splitlines()) == 1, out.err
+    if "raised" in fragment:
+        assert "at row" in out.err and "(prompt '" in out.err and f"[{mod}.py:" in out.err
+    steps = [json.loads(x)["step"] for x in (tmp_path / "r/metrics.jsonl").read_text()
+             .splitlines()]
+    assert steps == [1, 2]  # the steps before the failure
+    assert (tmp_path / "r/checkpoints/step_000002").is_dir()
+    assert "failed at step 3" in (tmp_path / "r/error.txt").read_text()
+
+
 # --- the Python API
 def tiny_trainer():
     return rlnb.GRPOTrainer(rlnb.load_config(None, preset="fast"))
@@ -500,5 +582,5 @@ def test_the_cli_prints_no_traceback_in_a_real_process(tmp_path):
 
 def test_the_table_has_at_least_60_rows():
     rows = (TRAIN_ROWS + RESUME_ROWS + PPO_ROWS + PPO_RESUME_ROWS + VERIFY_ROWS + NOTEBOOK_ROWS
-            + API_ROWS)
+            + API_ROWS + USER_START_ROWS + USER_STEP_ROWS)
     assert len(rows) >= 60, len(rows)
