@@ -1,0 +1,84 @@
+"""Does the signal check predict how many groups carry no signal? Prediction against measurement.
+
+For G in {2, 4, 8, 16} (``--group-sizes``) and each seed, on the default task (the embedded tiny
+model, warm-started as ``rlnb train`` does it, the warm start cached and shared by every G): the
+signal check probes the rows of the next ``--steps`` steps (``--samples`` samples per prompt)
+and predicts the share of groups with no signal; then the run trains those steps and the share
+is measured as ``1 − train/groups_with_signal``, over the first 10 steps and over all of them
+(the policy learns meanwhile, so the later steps drift from a prediction made at step 0).
+
+    python benchmarks/bench_signal.py                     # seeds 0 1, 50 steps
+    python benchmarks/bench_signal.py --quick             # smoke test: small model, 3 steps
+
+Prints one row per (seed, G), the command, the wall time and the load average (other processes
+on the machine slow every run down, but do not change the numbers: they depend on the seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+
+import torch
+
+import rlnb
+from rlnb.engine.signal_check import signal_check
+from rlnb.engine.trainers.loops import make_trainer
+from rlnb.run.warm_start_cache import cached_warm_start
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def measure(seed: int, G: int, steps: int, samples: int, quick: bool) -> dict:
+    overrides = [f"grpo.seed={seed}", f"grpo.num_generations_per_prompt={G}", "grpo.val_period=0"]
+    if quick:
+        overrides += ["sft.max_steps=20", "sft.stop_at_accuracy=null"]
+    config = rlnb.load_config(None, overrides, preset="fast" if quick else None)
+    trainer = make_trainer(config)
+    if config.sft.enabled:
+        cached_warm_start(trainer, config.sft, log=lambda *a: None)
+    loop = config.grpo
+    report = signal_check(trainer, num_prompts=steps * loop.num_prompts_per_step,
+                          samples=samples)
+    lost = [1 - m["train/groups_with_signal"] for m in trainer.train(steps)]
+    first = lost[: min(10, len(lost))]
+    return {"seed": seed, "G": G, "predicted": report.expected[G],
+            "measured (first 10)": sum(first) / len(first),
+            "measured (all)": sum(lost) / len(lost),
+            "mean p": sum(r["p"] for r in report.prompts) / len(report.prompts)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--group-sizes", type=int, nargs="+", default=[2, 4, 8, 16])
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--samples", type=int, default=16, help="probe samples per prompt")
+    ap.add_argument("--quick", action="store_true", help="small model, 3 steps (smoke test)")
+    args = ap.parse_args()
+    if args.quick:
+        args.steps = 3
+    start, rows = time.perf_counter(), []
+    print(f"load average before: {load()}  (threads: {torch.get_num_threads()})", flush=True)
+    for seed in args.seeds:
+        for G in args.group_sizes:
+            row = measure(seed, G, args.steps, args.samples, args.quick)
+            rows.append(row)
+            print("  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                            for k, v in row.items()), flush=True)
+    print(f"\n| seed | G | predicted (step 0) | measured, steps 1-10 | measured, steps "
+          f"1-{args.steps} | mean p (probe) |\n|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['seed']} | {r['G']} | {r['predicted']:.3f} | {r['measured (first 10)']:.3f}"
+              f" | {r['measured (all)']:.3f} | {r['mean p']:.3f} |")
+    print(f"\ncommand: python {' '.join(shlex.quote(a) for a in sys.argv)}")
+    print(f"wall time: {time.perf_counter() - start:.0f} s; load average after: {load()}")
+
+
+if __name__ == "__main__":
+    main()
