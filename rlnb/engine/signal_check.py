@@ -116,10 +116,11 @@ def signal_check(trainer, *, num_prompts: int | None = None, samples: int = 16,
     sizes = sorted({*group_sizes, G})
     report = SignalReport(G, samples, trainer.step_count)
     for i in range(len(rows)):
-        counts = list(Counter(rewards[i]).values())
+        tally = Counter(rewards[i])  # reward value -> how many of the n samples
+        counts = list(tally.values())
         entry = {"prompt": batch.prompts[i * samples],
                  "p": float(correct[i].mean()) if trainer.task.defines_correct else None,
-                 "reward values": len(counts)}
+                 "counts": dict(sorted(tally.items()))}
         entry.update({f"no signal, G={g}": no_signal_estimate(counts, g) for g in sizes})
         report.prompts.append(entry)
     report.expected = {g: sum(r[f"no signal, G={g}"] for r in report.prompts) / len(rows)
