@@ -293,3 +293,56 @@ def test_config_panel_applies_during_background_training_between_two_steps():
     assert trainer.config.loss_fn.ratio_clip_max == 0.2  # the cancelled change never landed
     lrs = [m["train/lr"] for m in dash.history]
     assert lrs[0] == lr_before and set(lrs[1:]) == {2e-3}, lrs
+
+
+# --- a user's reward functions: the dashboard's panels and note, the workbench's static twin
+def fmt(completions, **kwargs):
+    return [1.0 if c[:1].isdigit() else 0.0 for c in completions]
+
+
+def exact(completions, solution, **kwargs):
+    return [1.0 if c.strip() == s else 0.0 for c, s in zip(completions, solution)]
+
+
+ROWS = [{"prompt": f"{a}+{b}=", "solution": str(a + b)} for a in range(6) for b in range(6)]
+
+
+def user_trainer(*extra):
+    cfg = rlnb.load_config(None, [*SMALL, "data.name=dataset", *extra])
+    return rlnb.GRPOTrainer(cfg, reward_funcs=[fmt, exact], train_dataset=ROWS)
+
+
+def test_the_dashboard_plots_each_reward_function_and_says_when_there_is_no_accuracy(tmp_path):
+    trainer = user_trainer()
+    dash = Dashboard(trainer)
+    assert dash.panels[-1].keys == ("train/reward/fmt", "train/reward/exact")
+    assert dash.panels[0].markers == "validation/reward"
+    assert "no accuracy: no reward defines a correct response" in dash.status.value
+    assert "data.correct_reward" in dash.static_html()
+    dash.run(1, background=False)
+    dash.update({"step": 1, **trainer.validate()})
+    assert dash.columns["train/reward/fmt"][1] and dash.columns["validation/reward"][1]
+    assert "validation/accuracy" not in dash.columns
+    with_correct = Dashboard(user_trainer("data.correct_reward=exact"))
+    assert with_correct.panels[0].markers == "validation/accuracy"
+    assert with_correct.note is None
+    replay = Dashboard(history=dash.history)  # a saved run of the same task
+    assert replay.panels[0].markers == "validation/reward"
+    assert replay.panels[-1].keys == ("train/reward/exact", "train/reward/fmt")
+
+
+def test_the_reward_workbench_shows_components_and_flags_no_signal_groups():
+    from rlnb.widgets import RewardWorkbench
+
+    trainer = user_trainer("data.correct_reward=exact")
+    bench = RewardWorkbench(trainer, rows={"prompt": "1+2=", "solution": "3"},
+                            completions=["3", "x", "4", "5"], generations=2)
+    html = bench.static_html()
+    assert "2 group(s) of 2; 1 with no signal (groups [1])" in html
+    assert "<th>fmt</th>" in html and "<th>exact</th>" in html
+    assert bench.table.no_signal_groups == [1]  # totals 1, 1 (fmt only): all equal
+    batch = trainer.rollout()
+    on_batch = RewardWorkbench(trainer, batch=batch)
+    assert len(on_batch.table.rows) == len(batch.responses)
+    with pytest.raises(ValueError, match="has none"):
+        RewardWorkbench(make_trainer(), rows={"prompt": "1+2="}, completions=["3"])

@@ -127,8 +127,17 @@ def panels_for(trainer=None, history: Iterable[dict[str, Any]] = ()) -> tuple[Pa
         return task_panels(panels, getattr(trainer, "task", None))
     keys = {k for record in history for k in record}
     if any(k.startswith("critic/") for k in keys):
-        return PPO_PANELS
-    return ASYNC_PANELS if "train/buffer_size" in keys else DEFAULT_PANELS
+        panels = PPO_PANELS
+    else:
+        panels = ASYNC_PANELS if "train/buffer_size" in keys else DEFAULT_PANELS
+    if "validation/reward" in keys and "validation/accuracy" not in keys:  # no notion of correct
+        first = panels[0]
+        panels = (Panel(first.title, first.keys, band=first.band, markers="validation/reward"),
+                  *panels[1:])
+    components = sorted(k for k in keys if k.startswith("train/reward/"))
+    if components:
+        panels = (*panels, Panel("reward components (mean)", tuple(components)))
+    return panels
 
 
 def task_panels(panels: tuple[Panel, ...], task) -> tuple[Panel, ...]:
