@@ -62,6 +62,11 @@ OPTIONAL_VALUES = {
     "data.dataset_name": "missing.json",
     "data.dataset_config": "main",
     "data.val_split": "test",
+    "data.path": "rows.jsonl",  # refused: the default task (addition) reads no file
+    "data.prompt_key": "q",
+    "data.val_fraction": 0.5,
+    "data.correct_reward": "exact",  # refused when the task is built: no reward functions
+    "reward_funcs.name": "fmt",
     "logger.log_dir": "logs",
     "cluster.num_processes": 1,
     "ppo.max_num_epochs": 1,
@@ -142,6 +147,9 @@ ASSERTED_ELSEWHERE = {
     # the async sides' torch thread counts change no number; the async tests read them back
     "grpo.async_grpo.collector_threads": "test_async_grpo.py",
     "grpo.async_grpo.trainer_threads": "test_async_grpo.py",
+    # an entry of reward_funcs needs an importable function: named there, and in the runs of
+    # test_user_data.py
+    "reward_funcs.name": "test_reward_funcs.py",
     # which steps' rollouts are written: on disk, read back in the run tests
     "logger.rollouts_every": "test_training_run.py",
 }

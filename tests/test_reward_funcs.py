@@ -177,6 +177,10 @@ def test_reward_func_list_refuses_duplicates_lengths_and_non_functions():
         reward_func_list([format_reward, format_reward])
     assert [f.name for f in reward_func_list({"a": format_reward, "b": format_reward})] == [
         "a", "b"]
+    named = reward_func_list([{"func": "test_reward_funcs:format_reward", "name": "fmt",
+                               "weight": 0.5}, "test_reward_funcs:accuracy_reward"])
+    assert [(f.name, f.weight, f.func) for f in named] == [
+        ("fmt", 0.5, format_reward), ("accuracy_reward", 1.0, accuracy_reward)]
     with pytest.raises(ValueError, match="reward_weights has 1 entries for 2"):
         reward_func_list([format_reward, accuracy_reward], [1.0])
     with pytest.raises(ValueError, match=r"reward_funcs\[0\] is a int"):
