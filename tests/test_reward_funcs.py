@@ -172,6 +172,14 @@ def test_a_raising_function_is_named_with_the_row_the_prompt_and_its_line():
     assert "[test_reward_funcs.py:" in msg and "\n" not in msg
 
 
+def test_a_correct_reward_that_names_no_function_is_one_clear_error():
+    with pytest.raises(ValueError) as err:
+        rlnb.GRPOTrainer(config(), reward_funcs=[digits_reward], train_dataset=ROWS)
+    assert "data.correct_reward='exact_reward' is not one of reward_funcs ['digits_reward']" in str(
+        err.value)
+    assert type(err.value) is ValueError  # not pydantic's ValidationError
+
+
 def test_reward_func_list_refuses_duplicates_lengths_and_non_functions():
     with pytest.raises(ValueError, match="two reward functions are called 'format_reward'"):
         reward_func_list([format_reward, format_reward])
@@ -235,6 +243,28 @@ def test_a_real_grpo_step_with_reward_funcs_and_a_list_of_dicts():
     assert any(not torch.equal(before[k], v) for k, v in trainer.policy.model.named_parameters())
     gdpo = trainer.compute_advantages(batch, adv_estimator={"name": "gdpo"})
     assert torch.isfinite(gdpo.advantages).all()  # one GRPO advantage per component
+
+
+def test_the_trl_style_pair_runs_unchanged_in_a_real_step_on_chat_data():
+    """format_reward and accuracy_reward as written above, on a conversational math data set
+    built here, through a real rollout of the tiny model whose tokenizer has a chat template."""
+    from rlnb.engine.models.policy import Policy
+
+    cfg = config("grpo.val_period=0", "data.correct_reward=accuracy_reward")
+    policy = Policy(cfg.policy, seed=cfg.grpo.seed)
+    policy.tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    rows = [{"prompt": [{"role": "user", "content": f"{a}*{b}="}], "solution": str(a * b)}
+            for a in range(7) for b in range(7)]
+    trainer = rlnb.GRPOTrainer(cfg, policy=policy, reward_funcs=[format_reward, accuracy_reward],
+                               train_dataset=rows)
+    metrics = trainer.step()
+    batch = metrics.rollout
+    assert batch.prompts[0] == batch.rows[0]["prompt"][0]["content"]  # through the template
+    messages = [[{"role": "assistant", "content": r}] for r in batch.responses]
+    assert batch.reward_components["format_reward"].tolist() == format_reward(messages)
+    assert batch.reward_components["accuracy_reward"].tolist() == accuracy_reward(
+        messages, [r["solution"] for r in batch.rows])
+    assert math.isfinite(metrics["train/loss"])
 
 
 def test_reward_funcs_reach_the_completion_ids_and_the_step():

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import inspect
 
+from pydantic import ValidationError
+
+from rlnb.config import format_validation_error
 from rlnb.engine.environments.base import Task
 from rlnb.engine.environments.reward_funcs import (
     RewardFuncConfig,
@@ -56,15 +59,18 @@ def with_user_data(config, *, reward_funcs=None, reward_weights=None, train_data
         raise ValueError("eval_dataset= needs train_dataset= (the held-out rows of a task's own "
                          "data are data.val_split or carved out of it)")
     config = config.model_copy(deep=True)
-    if reward_funcs is not None:
-        funcs = reward_func_list(reward_funcs, reward_weights)
-        config.reward_funcs = [RewardFuncConfig(func=f.ref, weight=f.weight, name=f.name)
-                               for f in funcs]
-    if train_dataset is not None:  # the data set's fields carry over, a path does not
-        takes = set(inspect.signature(DatasetTask).parameters) | set(REWARD_FIELDS)
-        kept = {k: getattr(config.data, k) for k in config.data.model_fields_set
-                if k in takes and k != "path"}
-        config.data = TaskConfig(name="dataset", **kept)
+    try:  # each assignment is validated with the config's rules across sections
+        if reward_funcs is not None:
+            funcs = reward_func_list(reward_funcs, reward_weights)
+            config.reward_funcs = [RewardFuncConfig(func=f.ref, weight=f.weight, name=f.name)
+                                   for f in funcs]
+        if train_dataset is not None:  # the data set's fields carry over, a path does not
+            takes = set(inspect.signature(DatasetTask).parameters) | set(REWARD_FIELDS)
+            kept = {k: getattr(config.data, k) for k in config.data.model_fields_set
+                    if k in takes and k != "path"}
+            config.data = TaskConfig(name="dataset", **kept)
+    except ValidationError as err:
+        raise ValueError(format_validation_error(err, type(config), "")) from None
     return config
 
 
