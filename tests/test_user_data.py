@@ -47,7 +47,9 @@ def write_files(folder: Path) -> dict[str, Path]:
 def test_every_form_of_data_gives_the_same_rows(tmp_path):
     from datasets import Dataset, DatasetDict
 
+    columns = {k: [r[k] for r in ROWS] for k in ROWS[0]}
     forms = {"list": ROWS, "frame": pd.DataFrame(ROWS), "dataset": Dataset.from_list(ROWS),
+             "columns": columns,
              **{k: str(p) for k, p in write_files(tmp_path).items()}}
     Dataset.from_list(ROWS).save_to_disk(str(tmp_path / "saved"))
     forms["saved"] = str(tmp_path / "saved")

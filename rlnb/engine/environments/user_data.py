@@ -92,12 +92,19 @@ def read_file(path: str | Path) -> list[dict]:
 
 def as_rows(data: Any) -> list[dict] | dict[str, list[dict]]:
     """Plain rows of what a user holds: a ``datasets.Dataset`` (or ``DatasetDict``: ``{split:
-    rows}``), a pandas ``DataFrame``, a list of dicts, or a path (``read_file``)."""
+    rows}``), a pandas ``DataFrame``, a list of dicts, a dict of columns, or a path
+    (``read_file``)."""
     if isinstance(data, (str, Path)):
         return read_file(data)
     if type(data).__name__ == "DatasetDict" or (isinstance(data, Mapping) and data and all(
             type(v).__name__ == "Dataset" for v in data.values())):
         return {str(split): as_rows(ds) for split, ds in data.items()}
+    if isinstance(data, Mapping) and data and all(isinstance(v, (list, tuple))
+                                                  for v in data.values()):
+        lengths = {k: len(v) for k, v in data.items()}
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"a dict of columns needs columns of one length, got {lengths}")
+        return [dict(zip(data, values)) for values in zip(*data.values())]
     if type(data).__name__ == "IterableDataset":
         raise ValueError("an IterableDataset has no length and cannot be held out from: take "
                          "rows with ds.take(n) and pass Dataset.from_list(list(...))")
