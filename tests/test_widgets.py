@@ -346,3 +346,20 @@ def test_the_reward_workbench_shows_components_and_flags_no_signal_groups():
     assert len(on_batch.table.rows) == len(batch.responses)
     with pytest.raises(ValueError, match="has none"):
         RewardWorkbench(make_trainer(), rows={"prompt": "1+2="}, completions=["3"])
+
+
+def test_inspector_token_view_and_stepper_on_a_run_of_reward_functions(tmp_path):
+    def half(completions, **kwargs):  # signal in every group
+        return [float(i % 2) for i in range(len(completions))]
+
+    cfg = rlnb.load_config(None, [*SMALL, "data.name=dataset", "data.correct_reward=half"])
+    trainer = rlnb.GRPOTrainer(cfg, reward_funcs=[half], train_dataset=ROWS)
+    batch = trainer.rollout()
+    adv = trainer.compute_advantages(batch)
+    inspector = RolloutInspector(trainer, batch, adv)
+    assert "0/4 groups without signal" in inspector.header.value
+    view = TokenView(trainer, batch, adv, quantity="advantage")
+    assert view.view.value.count("<span title=") == int(batch.token_mask[batch.group == 0].sum())
+    stepper = StageStepper(trainer)
+    stepper.press("Step")
+    assert trainer.step_count == 1, stepper.view.value
