@@ -3,9 +3,11 @@
 For G in {2, 4, 8, 16} (``--group-sizes``) and each seed, on the default task (the embedded tiny
 model, warm-started as ``rlnb train`` does it, the warm start cached and shared by every G): the
 signal check probes the rows of the next ``--steps`` steps (``--samples`` samples per prompt)
-and predicts the share of groups with no signal; then the run trains those steps and the share
-is measured as ``1 − train/groups_with_signal``, over the first 10 steps and over all of them
-(the policy learns meanwhile, so the later steps drift from a prediction made at step 0).
+and predicts the share of groups with no signal. Measured: the starting policy's own groups of
+G for those rows, sampled in training-sized batches with no update in between (what the
+prediction is of), then the run trains those steps and the share is ``1 −
+train/groups_with_signal``, over the first 10 steps and over all of them (the policy learns
+meanwhile, so training drifts from a prediction made at step 0).
 
     python benchmarks/bench_signal.py                     # seeds 0 1, 50 steps
     python benchmarks/bench_signal.py --quick             # smoke test: small model, 3 steps
@@ -26,7 +28,9 @@ import torch
 
 import rlnb
 from rlnb.engine.signal_check import signal_check
+from rlnb.engine.trainers.base import isolated_rng
 from rlnb.engine.trainers.loops import make_trainer
+from rlnb.engine.trainers.rollout import groups_with_signal, sample_and_score
 from rlnb.run.warm_start_cache import cached_warm_start
 
 
@@ -43,11 +47,21 @@ def measure(seed: int, G: int, steps: int, samples: int, quick: bool) -> dict:
     if config.sft.enabled:
         cached_warm_start(trainer, config.sft, log=lambda *a: None)
     loop = config.grpo
-    report = signal_check(trainer, num_prompts=steps * loop.num_prompts_per_step,
-                          samples=samples)
+    P = loop.num_prompts_per_step
+    report = signal_check(trainer, num_prompts=steps * P, samples=samples)
+    # the starting policy's own groups of G for the same prompts, in training-sized batches and
+    # with no update in between: what the prediction is of (training then moves the policy)
+    frozen = []
+    with isolated_rng(10_007 * seed + G, trainer.policy.device):
+        for k in range(steps):
+            batch = sample_and_score(trainer.rollout_inputs(), trainer.generator,
+                                     trainer.prompt_rows_at(k * P, P), G, 0)
+            with_signal, groups = groups_with_signal(batch.group, batch.rewards)
+            frozen.append(1 - with_signal / groups)
     lost = [1 - m["train/groups_with_signal"] for m in trainer.train(steps)]
     first = lost[: min(10, len(lost))]
     return {"seed": seed, "G": G, "predicted": report.expected[G],
+            "starting policy": sum(frozen) / len(frozen),
             "measured (first 10)": sum(first) / len(first),
             "measured (all)": sum(lost) / len(lost),
             "mean p": sum(r["p"] for r in report.prompts) / len(report.prompts)}
@@ -71,11 +85,12 @@ def main() -> None:
             rows.append(row)
             print("  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
                             for k, v in row.items()), flush=True)
-    print(f"\n| seed | G | predicted (step 0) | measured, steps 1-10 | measured, steps "
-          f"1-{args.steps} | mean p (probe) |\n|---|---|---|---|---|---|")
+    print(f"\n| seed | G | predicted (step 0) | starting policy, no updates | training, steps "
+          f"1-10 | training, steps 1-{args.steps} | mean p (probe) |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['seed']} | {r['G']} | {r['predicted']:.3f} | {r['measured (first 10)']:.3f}"
-              f" | {r['measured (all)']:.3f} | {r['mean p']:.3f} |")
+        print(f"| {r['seed']} | {r['G']} | {r['predicted']:.3f} | {r['starting policy']:.3f} | "
+              f"{r['measured (first 10)']:.3f} | {r['measured (all)']:.3f} | {r['mean p']:.3f} |")
     print(f"\ncommand: python {' '.join(shlex.quote(a) for a in sys.argv)}")
     print(f"wall time: {time.perf_counter() - start:.0f} s; load average after: {load()}")
 
