@@ -110,7 +110,8 @@ def test_training_steps_yield_metrics_with_spec_names():
     steps = list(t.train(2))
     # val_at_start: a validation-only record for step 0 comes first (nothing trained yet)
     assert [(m["step"], m.trained) for m in steps] == [(0, False), (1, True), (2, True)]
-    assert set(steps[0]) == {"step", "validation/accuracy", "validation/avg_length"}
+    assert set(steps[0]) == {"step", "validation/accuracy", "validation/reward",
+                             "validation/avg_length"}
     assert steps[1].result.step == 1 and steps[1].rollout.step == 0  # the batches ride along
     m = steps[-1]
     for key in ("train/reward", "train/loss", "train/probs_ratio", "train/approx_entropy",

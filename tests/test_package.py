@@ -179,12 +179,17 @@ def test_readme_quick_start_has_two_shell_blocks_installing_the_lock():
 def test_readme_and_guide_python_examples_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spaces = []
-    for doc in ("README.md", "docs/guide.md"):
+    for doc, count in (("README.md", 1), ("docs/guide.md", 2)):
         examples = re.findall(r"```python\n(.*?)```", (ROOT / doc).read_text(), re.S)
-        assert len(examples) == 1, doc
-        spaces.append({})
-        exec(compile(examples[0], doc, "exec"), spaces[-1])
-    stages, algorithms = spaces
+        assert len(examples) == count, doc
+        for example in examples:
+            spaces.append({})
+            exec(compile(example, doc, "exec"), spaces[-1])
+    stages, own_task, algorithms = spaces
+    # a user's reward functions and data (guide: "Your own task"): one step, each component
+    assert own_task["trainer"].step_count == 1
+    assert {"train/reward/format_reward", "train/reward/accuracy_reward"} <= set(
+        own_task["metrics"])
     # the first: one GRPO step by hand, then five more through train()
     assert stages["trainer"].step_count == 6
     assert stages["rpp"].estimator == "reinforce_plus_plus" and stages["grpo"].estimator == "grpo"

@@ -326,9 +326,16 @@ def test_the_dashboard_plots_each_reward_function_and_says_when_there_is_no_accu
     with_correct = Dashboard(user_trainer("data.correct_reward=exact"))
     assert with_correct.panels[0].markers == "validation/accuracy"
     assert with_correct.note is None
-    replay = Dashboard(history=dash.history)  # a saved run of the same task
+    replay = Dashboard(history=dash.history)  # the history of a run with no accuracy
     assert replay.panels[0].markers == "validation/reward"
-    assert replay.panels[-1].keys == ("train/reward/exact", "train/reward/fmt")
+    run = rlnb.TrainingRun(None, overrides=[*SMALL, "data.name=dataset"], run_dir=tmp_path / "r",
+                           progress=False, log=lambda *a: None, reward_funcs=[fmt, exact],
+                           train_dataset=ROWS)
+    run.train(1)
+    run.close()
+    saved = Dashboard.from_run_dir(tmp_path / "r")  # its config names the functions
+    assert saved.panels[-1].keys == ("train/reward/fmt", "train/reward/exact")
+    assert saved.panels[0].markers == "validation/reward"
 
 
 def test_the_reward_workbench_shows_components_and_flags_no_signal_groups():

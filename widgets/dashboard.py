@@ -134,9 +134,6 @@ def panels_for(trainer=None, history: Iterable[dict[str, Any]] = ()) -> tuple[Pa
         first = panels[0]
         panels = (Panel(first.title, first.keys, band=first.band, markers="validation/reward"),
                   *panels[1:])
-    components = sorted(k for k in keys if k.startswith("train/reward/"))
-    if components:
-        panels = (*panels, Panel("reward components (mean)", tuple(components)))
     return panels
 
 
@@ -318,6 +315,21 @@ class Dashboard(LiveAndStatic):
         from rlnb.run.rundir import RunDir, read_metrics_file
 
         records = read_metrics_file(Path(path) / RunDir.METRICS)
+        config = Path(path) / RunDir.CONFIG
+        if "panels" not in kwargs and config.is_file():  # a run of reward functions: theirs
+            import yaml
+
+            saved = yaml.safe_load(config.read_text()) or {}
+            entries = saved.get("reward_funcs") or []
+            names = [e["name"] or e["func"].rsplit(":", 1)[1] if isinstance(e, dict)
+                     else e.rsplit(":", 1)[1] for e in entries]
+            if names:
+                first, *rest = panels_for(None, records)
+                if (saved.get("data") or {}).get("correct_reward") is None:
+                    first = Panel(first.title, first.keys, band=first.band,
+                                  markers="validation/reward")
+                kwargs["panels"] = (first, *rest, Panel(
+                    "reward components (mean)", tuple(f"train/reward/{n}" for n in names)))
         return cls(history=records, **kwargs)
 
     # ------------------------------------------------------------------ training
