@@ -13,12 +13,12 @@ from tiny_config import TINY
 
 import rlnb
 from rlnb.engine.environments.reward_funcs import (
-    RewardFuncsTask,
     RewardFunctionError,
     group_reward,
     reward_func_list,
 )
 from rlnb.engine.environments.reward_table import batch_reward_table, reward_table
+from rlnb.engine.environments.reward_task import RewardFuncsTask
 from rlnb.engine.environments.user_data import DatasetTask
 
 

@@ -23,9 +23,8 @@ Implementation choices:
    number or None. A function that raises is called again row by row to find the row that
    raises; the one-line error names the function, the row, the prompt's first characters and
    the line of the user's code.
-4) ``correct`` (accuracy metrics) is what the user says it is: a function's score (or the
-   total, ``data.correct_reward: total``) at least ``data.correct_threshold``. Without one the
-   task has no notion of correct (``defines_correct = False``): no accuracy metrics.
+4) The task that scores rows with them, its weighted sum and its notion of correct:
+   ``reward_task.py``.
 5) A function named ``module:function`` in a config is imported when the task is built; its
    record in the run's config is that reference (a function defined in a notebook is recorded
    as ``__main__:name`` and resolves again in that notebook).
@@ -49,9 +48,7 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from rlnb.config import Config
-from rlnb.engine.environments.base import Rewards, Task
 from rlnb.engine.environments.prompts import is_messages
-from rlnb.engine.environments.user_data import fingerprint
 
 _REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.<>]*")
 
@@ -359,81 +356,3 @@ def check_output(f: RewardFunc, out: Any, call: RewardCall, span: slice) -> list
                                       "score is finite")
         values.append(float(v))
     return values
-
-
-# ------------------------------------------------------------------------------ the task
-
-
-class RewardFuncsTask(Task):
-    """Rows from a task (a user's data set, or a built-in task's rows), scored by reward
-    functions.
-
-    Args:
-        rows: the task whose ``train_rows``/``val_rows`` are used (its own ``score`` is not).
-        funcs: the ``RewardFunc``s (``reward_func_list``).
-        correct_reward, correct_threshold: what is correct (choice 4).
-    """
-
-    def __init__(self, rows: Task, funcs: list[RewardFunc], *,
-                 correct_reward: str | None = None, correct_threshold: float = 1.0):
-        names = [f.name for f in funcs]
-        if correct_reward is not None and correct_reward not in (*names, "total"):
-            raise ValueError(f"data.correct_reward={correct_reward!r} is not a reward function "
-                             f"of this run ({names}) nor 'total'")
-        self.rows, self.funcs = rows, list(funcs)
-        self.name = rows.name
-        self.correct_reward, self.correct_threshold = correct_reward, correct_threshold
-        self.defines_correct = correct_reward is not None
-        self.chat = getattr(rows, "chat", False)
-        self.fingerprint = fingerprint(getattr(rows, "fingerprint", rows.name),
-                                       [(f.ref, f.weight, _source(f.func)) for f in funcs],
-                                       correct_reward, correct_threshold)
-
-    def train_rows(self, n: int, seed: int = 0) -> list[dict]:
-        return self.rows.train_rows(n, seed)
-
-    def val_rows(self, n: int | None = None) -> list[dict]:
-        return self.rows.val_rows(n)
-
-    def demonstration(self, row: dict) -> str:
-        return self.rows.demonstration(row)
-
-    def score(self, prompts: list[str], responses: list[str], rows: list[dict]) -> Rewards:
-        """Scores without token ids (``score_rollout`` has them): re-tokenised by nobody, so
-        ``completion_ids`` are empty lists here."""
-        return self.rewards(build_call(rows, responses, [[] for _ in rows], 1, 0))
-
-    def score_rollout(self, prompts, rows, sampled, *, generations: int, step: int) -> Rewards:
-        ids = [r[m.bool()].tolist() for r, m in zip(sampled.response_ids.cpu(),
-                                                    sampled.response_mask.cpu())]
-        return self.rewards(build_call(rows, sampled.texts, ids, generations, step))
-
-    def rewards(self, call: RewardCall) -> Rewards:
-        """The ``Rewards`` of one call: components, weighted total, correct, logged metrics."""
-        scores, log = call_reward_funcs(self.funcs, call)
-        return self.to_rewards(scores, log)
-
-    def to_rewards(self, scores: dict[str, list[float | None]], log: dict | None = None
-                   ) -> Rewards:
-        comps = {name: torch.tensor([0.0 if v is None else v for v in vals], dtype=torch.float32)
-                 for name, vals in scores.items()}  # [B] each; None counts 0 (TRL's nansum)
-        B = len(next(iter(scores.values())))
-        total = torch.zeros(B, dtype=torch.float32)
-        for f in self.funcs:
-            total += f.weight * comps[f.name]
-        if self.correct_reward is None:
-            correct = torch.zeros(B, dtype=torch.bool)
-        else:
-            ref = total if self.correct_reward == "total" else comps[self.correct_reward]
-            scored = (torch.ones(B, dtype=torch.bool) if self.correct_reward == "total" else
-                      torch.tensor([v is not None for v in scores[self.correct_reward]]))
-            correct = (ref >= self.correct_threshold) & scored
-        metrics = {k: sum(v) / len(v) for k, v in ((log or {}).get("metrics") or {}).items()}
-        return Rewards(total, comps, correct, metrics=metrics)
-
-
-def _source(func: Callable) -> str:
-    try:
-        return inspect.getsource(func)
-    except (OSError, TypeError):
-        return reference(func)

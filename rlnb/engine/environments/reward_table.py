@@ -15,11 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlnb.engine.environments.reward_funcs import (
-    RewardFuncsTask,
-    build_call,
-    call_reward_funcs,
-)
+from rlnb.engine.environments.reward_funcs import build_call, call_reward_funcs
+from rlnb.engine.environments.reward_task import RewardFuncsTask
 
 
 @dataclass

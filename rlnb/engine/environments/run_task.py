@@ -26,11 +26,8 @@ from pydantic import ValidationError
 
 from rlnb.config import format_validation_error
 from rlnb.engine.environments.base import Task
-from rlnb.engine.environments.reward_funcs import (
-    RewardFuncConfig,
-    RewardFuncsTask,
-    reward_func_list,
-)
+from rlnb.engine.environments.reward_funcs import RewardFuncConfig, reward_func_list
+from rlnb.engine.environments.reward_task import RewardFuncsTask
 from rlnb.engine.environments.tasks import REWARD_FIELDS, TaskConfig, build_task, task_arguments
 from rlnb.engine.environments.user_data import DatasetTask
 

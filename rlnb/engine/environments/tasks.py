@@ -43,7 +43,7 @@ TASKS: dict[str, type[Task]] = {
     "math": MathTask,
     "dataset": DatasetTask,
 }
-# data fields of the run's reward functions (reward_funcs.py), read whatever task gives the rows
+# data fields of the run's reward functions (reward_task.py), read whatever task gives the rows
 REWARD_FIELDS = ("correct_reward", "correct_threshold")
 
 

@@ -115,6 +115,7 @@ WEIGHT_CODE = (
     "rlnb.engine.environments.run_task",  # which rows and reward functions the run has
     "rlnb.engine.environments.user_data",  # data.name=dataset: a user's rows
     "rlnb.engine.environments.reward_funcs",  # a user's reward functions (the probe accuracy)
+    "rlnb.engine.environments.reward_task",  # their weighted sum and notion of correct
     "rlnb.engine.environments.multiturn",  # probe rollouts with max_rollout_turns > 1
     "rlnb.algorithms.preference",  # nll_loss
     "rlnb.algorithms.logprobs",  # token log-probs of the loss and the sampler
