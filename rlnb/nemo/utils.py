@@ -105,3 +105,20 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+ABSENT = {
+    "get_tokenizer": "rlnb loads the tokenizer with the model (policy.tokenizer_name)",
+    "maybe_pad_last_batch": "data-parallel sharding: accelerate splits rlnb's batches",
+    "print_performance_metrics": "NeMo-RL's console report; rlnb logs timing/* metrics",
+    "log_generation_metrics": "NeMo-RL's vLLM engine metrics",
+    "print_efficiency_summary": "NeMo-RL's console report; rlnb logs timing/* metrics",
+    "surpress_user_warnings": "rlnb fixes warnings at their source",
+}
+
+
+def __getattr__(name: str):
+    if name in ABSENT:
+        raise ImportError(f"rlnb.nemo.utils has no {name}: {ABSENT[name]} "
+                          "(docs/nemo_rl_names.md)")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

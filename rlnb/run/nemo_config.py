@@ -60,7 +60,7 @@ LOOP_KEYS = ("num_prompts_per_step", "num_generations_per_prompt", "max_num_step
              "advantage_clip_high", "ppo_epochs", "policy_training_start_step")
 OTHER_LOOPS = {"dpo": "DPO", "sft": "SFT", "distillation": "distillation", "rm": "reward-model"}
 SAMPLING_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": None}
-NEMO_MARKERS = ("defaults", "cluster", "data_plane", "reward_penalties")
+NEMO_MARKERS = ("defaults", "data_plane", "reward_penalties")
 DATASETS = {  # NeMo-RL data set names rlnb's math task can read: hub id, columns, split
     "OpenMathInstruct-2": ("nvidia/OpenMathInstruct-2", "problem", "expected_answer", "train_1M"),
 }
@@ -92,10 +92,12 @@ class Translation:
 
 def is_nemo_config(data: Mapping) -> bool:
     """A NeMo-RL config: it inherits (``defaults:``), has a section rlnb's configs never have,
-    or a NeMo-RL-shaped ``policy`` / ``data`` section."""
+    or a NeMo-RL-shaped ``cluster`` / ``policy`` / ``data`` section."""
     if any(k in data for k in NEMO_MARKERS):
         return True
-    policy, data_cfg = data.get("policy"), data.get("data")
+    cluster, policy, data_cfg = data.get("cluster"), data.get("policy"), data.get("data")
+    if isinstance(cluster, Mapping) and any(k in cluster for k in ("gpus_per_node", "num_nodes")):
+        return True
     if isinstance(policy, Mapping) and any(
             k in policy for k in ("dtensor_cfg", "megatron_cfg", "tokenizer", "scheduler")):
         return True
