@@ -93,6 +93,7 @@ SIGNATURES = {
                             "master_config, timer, batch_cache=None",
         "_create_advantage_estimator": "master_config",
         "_apply_ppo_seq_logprob_error_masking": "train_data, rewards, seq_logprob_error_threshold",
+        "_compute_critic_metrics": "value_results",
     },
     "async_utils.replay_buffer": {
         "ReplayBufferImpl.__init__": "self, max_size, drop_incomplete_targets_on_restore",
@@ -332,6 +333,15 @@ def test_apply_reward_shaping_edits_the_batch_like_nemo_rl():
     # deliberate: a contradictory config fails when it is built (NeMo-RL: at the first call)
     with pytest.raises(ValueError, match="missing: overlong_buffer_penalty"):
         RewardShapingConfig(enabled=True, overlong_buffer_length=4, max_response_length=16)
+    # deliberate: NeMo-RL's asserts on bad input are ValueErrors naming what is wrong
+    with pytest.raises(ValueError, match=r"needs batch\['truncated'\]"):
+        apply_reward_shaping({"total_reward": torch.ones(2)}, kappa)
+    with pytest.raises(ValueError, match=r"stop_properly_penalty_coef must be in \[0, 1\]"):
+        apply_reward_shaping({"total_reward": torch.ones(2), "truncated": [True, False]},
+                             {"enabled": True, "stop_properly_penalty_coef": 1.5})
+    with pytest.raises(ValueError, match="2 response lengths for 3 rewards"):
+        apply_reward_shaping({"total_reward": torch.ones(3), "response_token_lengths": [1, 2]},
+                             cfg)
 
 
 def test_scale_rewards_clamps_maps_and_edits_in_place():
@@ -764,10 +774,10 @@ def test_replay_buffer_state_round_trip_and_restores():
                           num_prompts_per_step=2, max_age_steps=1)
     assert loose.get_debug_info()["target_weight_versions"] == [1, 1]
     assert loose.get_last_target_weight_already_generated() == 0
-    with pytest.raises(ValueError, match="missing last_target_weight_already_generated"):
+    with pytest.raises(ValueError, match="missing required keys: last_target_weight_already"):
         loose.load_state_dict({k: v for k, v in state.items()
                                if k != "last_target_weight_already_generated"})
-    with pytest.raises(ValueError, match="lists of different lengths"):
+    with pytest.raises(ValueError, match="inconsistent replay buffer lengths"):
         loose.load_state_dict({**state, "trajectory_versions": [0]})
     with pytest.raises(ValueError, match="needs num_prompts_per_step"):
         loose.load_state_dict(state, current_training_step=2)
@@ -830,3 +840,21 @@ def test_input_nemo_rl_accepts_and_rlnb_refuses():
         grpo.compute_advantage(one, torch.tensor([1.0, 0.0]), torch.full((2, 2), 0.5))
     with pytest.raises(ValueError, match="kv_scales"):
         refit_policy_generation(None, None, kv_scales={"layer0": 1.0})
+
+
+def test_critic_metrics_are_namespaced_and_explain_the_variance():
+    from rlnb.nemo.ppo import _compute_critic_metrics
+
+    m = _compute_critic_metrics({"grad_norm": torch.tensor(1.5), "loss": torch.tensor(0.25),
+                                 "all_mb_metrics": {
+                                     "lr": [0.1, 0.3], "values_min": [-2.0, -1.0],
+                                     "values_max": [1.0, 3.0], "returns_mean": [0.5, 0.5],
+                                     "values_mean": [0.25, 0.25], "returns_sq_mean": [2.5, 2.5],
+                                     "residual_sq_mean": [0.75, 0.5]}})
+    assert (m["critic/grad_norm"], m["critic/loss"], m["critic/lr"]) == (1.5, 0.25, 0.2)
+    assert (m["critic/values_min"], m["critic/values_max"]) == (-2.0, 3.0)
+    # summed partial means: E[R] = 1, E[V] = 0.5, E[R²] = 5, E[(R-V)²] = 1.25
+    # EV = 1 - (1.25 - 0.5²) / (5 - 1²) = 0.75
+    assert m["critic/explained_var"] == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="Unsupported value-model metric: odd"):
+        _compute_critic_metrics({"grad_norm": 0.0, "loss": 0.0, "all_mb_metrics": {"odd": 1.0}})

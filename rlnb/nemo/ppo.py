@@ -19,6 +19,8 @@
 |                                  | (``rlnb.nemo.batch_stages``), reading the ``ppo`` section  |
 | ``_apply_ppo_seq_logprob_error_masking`` | ``rlnb.algorithms.filtering.seq_logprob_error_mask`` |
 | ``_create_advantage_estimator``  | GAE / raw reward of ``rlnb.nemo.advantage_estimator``      |
+| ``_compute_critic_metrics``      | ``critic/*`` from the critic's micro-batch metrics, with   |
+|                                  | ``rlnb.algorithms.value_loss.explained_variance``          |
 
 rlnb keeps NeMo-RL's meaning, not its signatures, for the loop functions: ``setup`` returns the
 parts bundled (``PPOSetup``) and the others take it. Not here: ``AsyncPPOConfig`` and
@@ -31,6 +33,8 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from rlnb.algorithms.checks import choose
+from rlnb.algorithms.reduction import combine_metrics
+from rlnb.algorithms.value_loss import explained_variance
 from rlnb.engine.trainers.ppo import GROUP_ESTIMATORS, PPOConfig
 from rlnb.engine.trainers.ppo import PPOEstimatorConfig as AdvEstimatorConfig
 from rlnb.nemo import advantage_estimator, batch_stages
@@ -40,7 +44,8 @@ from rlnb.run.loggers import LoggerConfig as PPOLoggerConfig
 from rlnb.run.master_config import MasterConfig, load_config
 
 __all__ = ["AdvEstimatorConfig", "MasterConfig", "PPOConfig", "PPOLoggerConfig", "PPOSaveState",
-           "PPOSetup", "_apply_ppo_seq_logprob_error_masking", "_create_advantage_estimator",
+           "PPOSetup", "_apply_ppo_seq_logprob_error_masking", "_compute_critic_metrics",
+           "_create_advantage_estimator",
            "dynamic_sampling", "ppo_train", "setup", "validate"]
 
 ABSENT = {name: "rlnb has no asynchronous PPO loop (PPO runs synchronously; async GRPO exists)"
@@ -143,3 +148,29 @@ def _apply_ppo_seq_logprob_error_masking(train_data, rewards, seq_logprob_error_
         raise RuntimeError("PPO has no valid response tokens after filtering: check overlong "
                            "filtering and ppo.seq_logprob_error_threshold")
     return mask, metrics
+
+
+# NeMo-RL's per-key rule for the critic's micro-batch metrics: averaged, or min/max, else summed
+_CRITIC_MEANS = ("lr", "wd", "global_valid_seqs", "global_valid_toks", "grad_norm")
+
+
+def _compute_critic_metrics(value_results):
+    """NeMo-RL's ``_compute_critic_metrics``: ``critic/<key>`` of each micro-batch metric list
+    (learning rates and global counts averaged, ``values_min``/``values_max`` their min/max,
+    the rest summed: partial sums over global counts), plus ``critic/grad_norm``,
+    ``critic/loss`` and ``critic/explained_var``."""
+    out = {"critic/grad_norm": float(value_results["grad_norm"]),
+           "critic/loss": float(value_results["loss"])}
+    for key, values in value_results.get("all_mb_metrics", {}).items():
+        listed = values.tolist() if hasattr(values, "tolist") else values
+        if not isinstance(listed, (list, tuple)):
+            if key not in (*_CRITIC_MEANS, "values_min", "values_max"):
+                raise ValueError(f"Unsupported value-model metric: {key} (a list of per-micro-"
+                                 f"batch values, got {type(values).__name__})")
+            listed = [listed]
+        out[f"critic/{key}"] = combine_metrics([{key: v} for v in listed],
+                                               mean_keys=_CRITIC_MEANS)[key]
+    moments = {f"critic/{k}": out.get(f"critic/{k}", 0.0) for k in
+               ("returns_mean", "values_mean", "returns_sq_mean", "residual_sq_mean")}
+    out["critic/explained_var"] = explained_variance(moments, prefix="critic/")
+    return out

@@ -129,11 +129,12 @@ class ReplayBufferImpl:
         targets kept, watermark = step − 1); without a step, stale entries and (given
         ``num_prompts_per_step``) incomplete targets are dropped and the newest entries kept."""
         missing = [k for k in _STATE_KEYS if k not in state]
-        if missing:
-            raise ValueError(f"replay buffer checkpoint is missing {', '.join(missing)}")
+        if missing:  # NeMo-RL's wording, so a caller matching on it still matches
+            raise ValueError(f"Checkpoint missing required keys: {', '.join(missing)} (a "
+                             "replay buffer state_dict)")
         lengths = {k: len(state[k]) for k in _STATE_KEYS[:3]}
         if len(set(lengths.values())) != 1:
-            raise ValueError(f"replay buffer checkpoint has lists of different lengths: {lengths}")
+            raise ValueError(f"Checkpoint has inconsistent replay buffer lengths: {lengths}")
         if current_training_step is not None:
             if num_prompts_per_step is None:
                 raise ValueError("load_state_dict: current_training_step needs "
