@@ -44,7 +44,7 @@ from rlnb.run.nemo_sections import (
     model_section,
     schedule_cadence,
 )
-from rlnb.run.nemo_yaml import read_nemo_yaml, resolve_interpolations
+from rlnb.run.nemo_yaml import merge, read_nemo_yaml, resolve_interpolations
 
 OTHER_LOOPS = {"dpo": "DPO", "sft": "SFT", "distillation": "distillation", "rm": "reward-model"}
 NEMO_MARKERS = ("defaults", "data_plane", "reward_penalties")
@@ -151,18 +151,8 @@ def translate(nemo: dict) -> Translation:
     if not isinstance(extras, Mapping):
         r.refuse("rlnb", "the rlnb: section must be a mapping of rlnb config sections")
         extras = {}
-    config = _merge(out, extras)
+    config = merge(out, extras)
     return Translation(config, ignored=r.ignored, roots=r.roots, refused=r.refused)
-
-
-def _merge(base: dict, over: Mapping) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def refusal_message(name: str, refused: Mapping[str, str], limit: int = 25) -> str:

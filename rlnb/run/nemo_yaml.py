@@ -63,14 +63,14 @@ def load_yaml_text(text: str, where: str) -> Any:
         raise ValueError(f"config file {where} is not valid YAML{at}: {what}") from None
 
 
-def _merge(base: dict, over: Mapping) -> dict:
+def merge(base: dict, over: Mapping) -> dict:
     """``over`` laid over ``base`` (choice 1: mappings merge, ``_override_`` replaces)."""
     out = dict(base)
     for key, value in over.items():
         if isinstance(value, Mapping) and value.get("_override_") is True:
             out[key] = {k: v for k, v in value.items() if k != "_override_"}
         elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge(dict(out[key]), value)
+            out[key] = merge(dict(out[key]), value)
         else:
             out[key] = value
     return out
@@ -99,8 +99,8 @@ def read_nemo_yaml(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
                          f"{parents!r}")
     merged: dict = {}
     for parent in parents:
-        merged = _merge(merged, read_nemo_yaml(path.parent / parent, (*_chain, path.resolve())))
-    return _merge(merged, data)
+        merged = merge(merged, read_nemo_yaml(path.parent / parent, (*_chain, path.resolve())))
+    return merge(merged, data)
 
 
 # --------------------------------------------------------------------------- interpolation
