@@ -59,6 +59,7 @@ def _train(args: argparse.Namespace) -> int:
                 resume=bool(args.resume),
                 accelerator=accelerator,
                 progress=not args.no_progress,
+                ignore_unsupported=args.ignore_unsupported,
             )
             summary = run.train(args.steps)
     except USER_ERRORS as err:
@@ -277,6 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="steps to run (default: grpo.max_num_steps, or ppo.max_num_steps, in total)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
+    train.add_argument("--ignore-unsupported", action="store_true",
+                       help="with a NeMo-RL config: train although the keys rlnb has no use for "
+                            "(cluster, parallelism, engine settings, ...) are ignored; without it "
+                            "they are listed and nothing runs")
     train.set_defaults(func=_train)
     verify = sub.add_parser("verify", help="replay a run's steps from a checkpoint and compare "
                                            "them with what it logged (exit 1 on a difference)",

@@ -72,6 +72,7 @@ class TrainingRun:
         accelerator=None,
         progress: bool = True,
         log=print,
+        ignore_unsupported: bool = False,
     ):
         from rlnb.engine.distributed import Distributed
         from rlnb.engine.trainers.loop_config import logprob_source
@@ -85,7 +86,8 @@ class TrainingRun:
             raise ValueError(f"cannot resume: {path} is not a run directory (no config.yaml)")
         if resume and config is None and preset is None:
             config = path / RunDir.CONFIG  # the run's own record is its config (choice 4)
-        self.config = load_config(config, overrides, preset=preset)
+        self.config = load_config(config, overrides, preset=preset,
+                                  ignore_unsupported=ignore_unsupported)
         self.progress, self.log_line = progress, log
         self.dist = Distributed(accelerator)
         expected = self.config.cluster.num_processes
