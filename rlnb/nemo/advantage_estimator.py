@@ -6,7 +6,7 @@
     adv, returns = GeneralizedAdvantageEstimator(cfg, loss_cfg).compute_advantage(
         prompt_ids, rewards, mask, values, lengths=lengths)            # NeMo-RL's PPO call
 
-The numbers are rlnb's (``rlnb.algorithms.advantages`` / ``gae``), which match NeMo-RL's; see
+The numbers are rlnb's (``rlnb.algorithms.advantages``, ``gdpo``, ``reinforce_plus_plus``, ``opd``, ``gae``), which match NeMo-RL's; see
 docs/algorithms.md#advantage-estimators.
 
 Implementation choices:

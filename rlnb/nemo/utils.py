@@ -7,7 +7,7 @@ Each takes NeMo-RL's argument names and calls rlnb's one implementation:
 - ``calculate_baseline_and_std_per_prompt(prompts, rewards, valid_mask, leave_one_out_baseline,
   std_rewards)`` -> ``rlnb.algorithms.baselines`` (``leave_one_out``, ``rewards_for_std``);
 - ``masked_mean``, ``masked_var`` -> ``rlnb.algorithms.masked``;
-- ``get_gdpo_reward_component_keys(batch)`` -> ``rlnb.algorithms.advantages``;
+- ``get_gdpo_reward_component_keys(batch)`` -> ``rlnb.algorithms.gdpo``;
 - ``mask_out_neg_inf_logprobs`` and ``set_seed`` are small enough to live here.
 
 Not here (NeMo-RL's infrastructure): ``get_tokenizer`` (rlnb loads the tokenizer with the model,
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlnb.algorithms import advantages, baselines, kl, masked
+from rlnb.algorithms import baselines, gdpo, kl, masked
 
 __all__ = ["calculate_baseline_and_std_per_prompt", "calculate_kl",
            "get_gdpo_reward_component_keys", "mask_out_neg_inf_logprobs", "masked_mean",
@@ -84,7 +84,7 @@ def masked_var(
 
 def get_gdpo_reward_component_keys(batch: Mapping[str, Any]) -> list[str]:
     """The batch's ``reward/<name>`` keys in sorted order (GDPO's reward components)."""
-    return [k for k in advantages.gdpo_reward_components(batch) if k.startswith("reward/")]
+    return [k for k in gdpo.gdpo_reward_components(batch) if k.startswith("reward/")]
 
 
 def mask_out_neg_inf_logprobs(
