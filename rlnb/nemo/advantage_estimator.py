@@ -6,8 +6,9 @@
     adv, returns = GeneralizedAdvantageEstimator(cfg, loss_cfg).compute_advantage(
         prompt_ids, rewards, mask, values, lengths=lengths)            # NeMo-RL's PPO call
 
-The numbers are rlnb's (``rlnb.algorithms.advantages``, ``gdpo``, ``reinforce_plus_plus``, ``opd``, ``gae``), which match NeMo-RL's; see
-docs/algorithms.md#advantage-estimators.
+The numbers are rlnb's (``rlnb.algorithms.advantages``, ``gdpo``, ``reinforce_plus_plus``,
+``opd``, ``gae``), which match NeMo-RL's; see
+docs/algorithms.md#grpo-family-advantage-estimators.
 
 Implementation choices:
 1) Positional order is NeMo-RL's per class (``GDPOAdvantageEstimator``: ``repeated_batch``

@@ -2,7 +2,7 @@
 
     logprobs[b, t] = log π_θ(x_t | x_<t) / with logits scaled by 1/temperature      [B, S]
 
-Implementation choices (docs/algorithms.md#global-normalisation):
+Implementation choices (docs/algorithms.md#masked-helpers-and-reductions):
 1) Any causal LM by hub id or local path (``policy.model_name``); ``"tiny"`` builds the embedded
    character-level Llama (``tiny.py``). A local path loads offline; a missing path or an
    unreachable hub id fails with the config key in the message.
