@@ -131,6 +131,7 @@ class _Estimator:
     needs_critic = False
     kl_in_reward = False  # True for the estimators that put β·KL into the advantages
     trainable = True  # False: no trainer can feed it yet (OPD's teacher)
+    not_trainable_because = ""  # with trainable = False: what a trainer would have to provide
 
     @classmethod
     def uses_groups(cls, config: AdvEstimatorConfig) -> bool:
