@@ -24,6 +24,8 @@ Implementation choices:
    HTML is still exported, and the result names the cell and the exception.
 6) The HTML export drops the saved widget state, so each widget output falls back to the
    text/html or text/plain it carries (rendering the live widget needs scripts from a CDN).
+   Its formulas use a MathJax copied next to it (``mathjax/``, ``rlnb.run.mathjax``), so the
+   page typesets them offline.
 7) Every value is checked before a kernel starts (``check_parameters``), so a bad one costs no
    run directory. A parameter must fit the type of its literal default in the parameters cell:
    an int stays an int (a bool is not one), a float takes an int, a str takes a str, a list or
@@ -455,18 +457,23 @@ def notebook_error(path: str | Path) -> str | None:
 
 def export_html(notebook: str | Path, html: str | Path | None = None,
                 title: str | None = None) -> Path:
-    """Export a notebook to standalone HTML, widget outputs as their static fallback (see 6)."""
+    """Export a notebook to standalone HTML, widget outputs as their static fallback (see 6),
+    formulas typeset by a local MathJax written beside it (``rlnb.run.mathjax``: no CDN)."""
     import nbformat
     from nbconvert import HTMLExporter
 
     from rlnb.run.atomic import atomic_write_text
+    from rlnb.run.mathjax import local_mathjax
 
     notebook = Path(notebook)
+    html = Path(html) if html else notebook.with_suffix(".html")
     nb = nbformat.read(notebook, as_version=4)
     nb.metadata.pop("widgets", None)
-    body, _ = HTMLExporter().from_notebook_node(
+    url = local_mathjax(html.parent)
+    exporter = HTMLExporter(mathjax_url=url) if url else HTMLExporter()
+    body, _ = exporter.from_notebook_node(
         nb, resources={"metadata": {"name": title or notebook.stem}})
-    return atomic_write_text(Path(html) if html else notebook.with_suffix(".html"), body)
+    return atomic_write_text(html, body)
 
 
 def _export(notebook: Path, html: Path, title: str) -> Path | None:
