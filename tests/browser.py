@@ -415,6 +415,17 @@ def plot_traces(page: Page) -> list[dict]:
     )
 
 
+def plot_trace_y(page: Page, graph: int, name: str) -> list[float | None]:
+    """The y values of the trace called `name` in the `graph`-th plotly graph, as drawn (NaN as
+    None)."""
+    return page.evaluate(
+        """([sel, g, name]) => Array.from(
+            (document.querySelectorAll(sel)[g]?.data ?? []).find(t => t.name === name)?.y ?? [],
+            v => (Number.isFinite(v) ? v : null))""",
+        [PLOTLY_GRAPH, graph, name],
+    )
+
+
 def plot_trace_lengths(page: Page) -> list[int | None]:
     return [t["points"] for t in plot_traces(page)]
 

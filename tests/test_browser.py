@@ -28,6 +28,7 @@ from browser import (  # noqa: E402
     notebook_session,
     number_value,
     plot_trace_lengths,
+    plot_trace_y,
     plot_traces,
     run_all_cells,
     run_cell,
@@ -134,6 +135,7 @@ print("STATE " + _json.dumps({
     "next_stage": stepper.next_stage, "has_rollout": stepper.rollout is not None,
     "has_advantages": stepper.advantages is not None,
     "cards": [dash.info.value, dash.cards.layout.display],
+    "smoothing": dash.smoothing.value, "entropy": dash.columns["train/approx_entropy"][1],
     "token_quantity": tokens.quantity.value, "token_group": tokens.group.value,
     "inspector_group": inspector.group.value,
     "group_prompts": {g: batch.prompts[batch.group.tolist().index(g)]
@@ -324,7 +326,30 @@ def test_tutorial_controls_in_the_browser(lab, browser, tmp_path):
         assert state["cards"] == [True, "block"], state
         click_toggle_button(page, "metric cards")
         cards.wait_for(state="hidden", timeout=10_000)
+
+        # --- the dashboard's smoothing control: each line becomes its trailing mean (the
+        # entropy's: the fast model's rewards are all 0, so smoothing would not show on them)
+        raw = kernel_state(page)[0]["entropy"]
+        assert plot_trace_y(page, graph, "approx_entropy") == pytest.approx(raw)
+        select_index(page, "smoothing", 1)  # "10 steps"
+        smoothed = [sum(raw[max(0, i - 9):i + 1]) / len(raw[max(0, i - 9):i + 1])
+                    for i in range(len(raw))]
+        assert smoothed != pytest.approx(raw)  # enough steps that smoothing shows
+        wait_for_y(page, graph, "approx_entropy", smoothed)
+        state, _ = kernel_state(page)
+        assert state["smoothing"] == 10 and state["entropy"] == raw, state
+        select_index(page, "smoothing", 0)  # "off": the raw values again
+        wait_for_y(page, graph, "approx_entropy", raw)
         assert error_outputs(page) == []
+
+
+def wait_for_y(page, graph: int, name: str, expected: list[float],
+               timeout: float = 30.0) -> None:
+    """Wait until trace `name` of the `graph`-th plot shows `expected` (to 1e-6)."""
+    deadline = time.monotonic() + timeout
+    while (got := plot_trace_y(page, graph, name)) != pytest.approx(expected, abs=1e-6):
+        assert time.monotonic() < deadline, f"the plot shows {got}, expected {expected}"
+        time.sleep(0.2)
 
 
 ASYNC_NOTEBOOK = ROOT / "notebooks" / "06_async_grpo.ipynb"
