@@ -415,14 +415,15 @@ def plot_traces(page: Page) -> list[dict]:
     )
 
 
-def plot_trace_y(page: Page, graph: int, name: str) -> list[float | None]:
-    """The y values of the trace called `name` in the `graph`-th plotly graph, as drawn (NaN as
-    None)."""
+def plot_trace_y(page: Page, graph: int, name: str, nth: int = 0) -> list[float | None]:
+    """The y values of the `nth` trace called `name` (a band's edges have the name "") in the
+    `graph`-th plotly graph, as drawn (NaN as None)."""
     return page.evaluate(
-        """([sel, g, name]) => Array.from(
-            (document.querySelectorAll(sel)[g]?.data ?? []).find(t => t.name === name)?.y ?? [],
+        """([sel, g, name, nth]) => Array.from(
+            (document.querySelectorAll(sel)[g]?.data ?? []).filter(t => (t.name ?? '') === name)
+                [nth]?.y ?? [],
             v => (Number.isFinite(v) ? v : null))""",
-        [PLOTLY_GRAPH, graph, name],
+        [PLOTLY_GRAPH, graph, name, nth],
     )
 
 

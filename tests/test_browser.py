@@ -114,6 +114,55 @@ def test_lab_renders_figurewidget_and_button_callback(lab, browser, tmp_path):
         assert wait_for_more_points(nb.page, 0, than=2, timeout=30) == 3
 
 
+DASHBOARD_CELLS = [
+    code_cell(
+        "from rlnb.widgets import Dashboard\n"
+        "rewards = [0.0, 1.0, 0.0, 1.0, 0.5, 0.5, 1.0, 0.0, 0.25, 0.75, 1.0, 0.0]\n"
+        "dash = Dashboard(history=[{'step': s, 'train/reward': r, 'train/reward_sem': 0.1}\n"
+        "                          for s, r in enumerate(rewards, start=1)])\n"
+        "dash.display()"
+    ),
+]
+
+
+def test_dashboard_smoothing_control_in_the_browser(lab, browser, tmp_path):
+    """The dashboard's smoothing dropdown, chosen in the page: the reward line becomes its
+    trailing mean over the last 10 steps (computed here by hand), the band the interval of that
+    mean; "off" brings the raw values back; the kernel's widget holds the choice."""
+    write_notebook(lab.root / "smoothing.ipynb", [
+        *DASHBOARD_CELLS, code_cell("# PROBE\nprint('SMOOTHING', dash.smoothing.value)")])
+    raw = [0.0, 1.0, 0.0, 1.0, 0.5, 0.5, 1.0, 0.0, 0.25, 0.75, 1.0, 0.0]
+    smoothed = [sum(raw[max(0, i - 9):i + 1]) / len(raw[max(0, i - 9):i + 1])
+                for i in range(len(raw))]
+    # the band's lower edge: the window's mean minus 2 standard errors, 2·sqrt(n·0.1²)/n
+    lower = [m - 0.2 / min(i + 1, 10) ** 0.5 for i, m in enumerate(smoothed)]
+    with notebook_session(browser, lab, "smoothing.ipynb", tmp_path) as nb:
+        page = nb.page
+        run_all_cells(page, timeout=120)
+        assert error_outputs(page) == []
+        page.wait_for_selector(PLOTLY_GRAPH, timeout=60_000)
+        graph = dashboard_index(plot_traces(page))
+        wait_for_y(page, graph, "reward", raw)
+        select_index(page, "smoothing", 1)  # "10 steps"
+        wait_for_y(page, graph, "reward", smoothed)
+        assert plot_trace_y(page, graph, "", nth=0) == pytest.approx(lower)  # the band's edge
+        text, _ = run_cell(page, "# PROBE")
+        assert "SMOOTHING 10" in text, text
+        select_index(page, "smoothing", 0)  # "off"
+        wait_for_y(page, graph, "reward", raw)
+        text, _ = run_cell(page, "# PROBE")
+        assert "SMOOTHING 1" in text, text
+
+
+def wait_for_y(page, graph: int, name: str, expected: list[float],
+               timeout: float = 30.0) -> None:
+    """Wait until trace `name` of the `graph`-th plot shows `expected` (to 1e-6)."""
+    deadline = time.monotonic() + timeout
+    while (got := plot_trace_y(page, graph, name)) != pytest.approx(expected, abs=1e-6):
+        assert time.monotonic() < deadline, f"the plot shows {got}, expected {expected}"
+        time.sleep(0.2)
+
+
 # Appended to the tutorial copy: the kernel's side of every check, printed as one JSON line.
 # Run through the page (click into the cell, Ctrl+Enter), so it is also a cell executed while
 # training runs.
@@ -135,7 +184,6 @@ print("STATE " + _json.dumps({
     "next_stage": stepper.next_stage, "has_rollout": stepper.rollout is not None,
     "has_advantages": stepper.advantages is not None,
     "cards": [dash.info.value, dash.cards.layout.display],
-    "smoothing": dash.smoothing.value, "entropy": dash.columns["train/approx_entropy"][1],
     "token_quantity": tokens.quantity.value, "token_group": tokens.group.value,
     "inspector_group": inspector.group.value,
     "group_prompts": {g: batch.prompts[batch.group.tolist().index(g)]
@@ -205,15 +253,17 @@ def run_n_then_stop(page, graph: int, stop_nth: int) -> dict:
     click_button(page, "Run N")
     wait_for_more_points(page, graph, than=before + 2, timeout=60)  # training, plotted live
     state, seconds = kernel_state(page)
+    # the probe answering while training still runs is what shows the kernel is free; how fast it
+    # answers depends on the machine's load (2 shared cores in CI), so the bound is generous
     assert state["running"], f"the probe ran after training ended: {state}"
-    assert seconds < 5, f"a cell took {seconds:.1f} s to answer during Run N"
+    assert seconds < 30, f"a cell took {seconds:.1f} s to answer during Run N"
     clicked = time.monotonic()
     click_nth_button(page, "Stop", stop_nth)
     wait_for_widget_text(page, r"stopped: \d+ steps", timeout=30)
     ended = time.monotonic() - clicked
     state, _ = kernel_state(page)
     assert not state["running"] and state["step"] < 5000, state
-    assert ended < 5, f"training ended {ended:.1f} s after Stop was clicked"
+    assert ended < 20, f"training ended {ended:.1f} s after Stop was clicked"
     print(f"Run N: a cell answered in {seconds:.2f} s; Stop (button {stop_nth}) ended training "
           f"{ended:.2f} s after the click")
     assert_completed_step(state)
@@ -326,30 +376,7 @@ def test_tutorial_controls_in_the_browser(lab, browser, tmp_path):
         assert state["cards"] == [True, "block"], state
         click_toggle_button(page, "metric cards")
         cards.wait_for(state="hidden", timeout=10_000)
-
-        # --- the dashboard's smoothing control: each line becomes its trailing mean (the
-        # entropy's: the fast model's rewards are all 0, so smoothing would not show on them)
-        raw = kernel_state(page)[0]["entropy"]
-        assert plot_trace_y(page, graph, "approx_entropy") == pytest.approx(raw)
-        select_index(page, "smoothing", 1)  # "10 steps"
-        smoothed = [sum(raw[max(0, i - 9):i + 1]) / len(raw[max(0, i - 9):i + 1])
-                    for i in range(len(raw))]
-        assert smoothed != pytest.approx(raw)  # enough steps that smoothing shows
-        wait_for_y(page, graph, "approx_entropy", smoothed)
-        state, _ = kernel_state(page)
-        assert state["smoothing"] == 10 and state["entropy"] == raw, state
-        select_index(page, "smoothing", 0)  # "off": the raw values again
-        wait_for_y(page, graph, "approx_entropy", raw)
         assert error_outputs(page) == []
-
-
-def wait_for_y(page, graph: int, name: str, expected: list[float],
-               timeout: float = 30.0) -> None:
-    """Wait until trace `name` of the `graph`-th plot shows `expected` (to 1e-6)."""
-    deadline = time.monotonic() + timeout
-    while (got := plot_trace_y(page, graph, name)) != pytest.approx(expected, abs=1e-6):
-        assert time.monotonic() < deadline, f"the plot shows {got}, expected {expected}"
-        time.sleep(0.2)
 
 
 ASYNC_NOTEBOOK = ROOT / "notebooks" / "06_async_grpo.ipynb"
