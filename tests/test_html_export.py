@@ -120,3 +120,15 @@ def test_an_exported_tutorial_typesets_every_formula_offline(offline_browser, tm
         assert any("STIX-Web" in u and u.split("?")[0].endswith(".woff") for u in fetched)
     finally:
         page.close()
+
+
+def test_a_folder_holding_only_an_export_still_counts_as_empty(tmp_path):
+    """`rlnb run` exports into the run dir; the MathJax beside the export is one of the notebook
+    files (RunDir.NOTEBOOK_FILES), so a run can still start there."""
+    from rlnb.run.rundir import RunDir
+
+    nb = markdown_notebook(tmp_path / "notebook.ipynb", "$x$")
+    export_html(nb, tmp_path / "notebook.html")
+    assert (tmp_path / "mathjax").is_dir()
+    run = RunDir(tmp_path, config={"seed": 0})
+    assert run.config_path.is_file()
