@@ -77,10 +77,12 @@ def check_kernel(say: Callable[[str], None]) -> list[str]:
 
     with tempfile.TemporaryDirectory(prefix="rlnb-preflight-") as tmp:
         nb = Path(tmp) / "kernel_check.ipynb"
-        cell = {"cell_type": "code", "execution_count": None, "id": "check", "metadata": {},
-                "outputs": [], "source": "import rlnb, torch\nprint(rlnb.__version__)"}
+        cells = [{"cell_type": "code", "execution_count": None, "id": "parameters",
+                  "metadata": {"tags": ["parameters"]}, "outputs": [], "source": "run_dir = None"},
+                 {"cell_type": "code", "execution_count": None, "id": "check", "metadata": {},
+                  "outputs": [], "source": "import rlnb, torch\nprint(rlnb.__version__)"}]
         nb.write_text(json.dumps({
-            "cells": [cell], "nbformat": 4, "nbformat_minor": 5,
+            "cells": cells, "nbformat": 4, "nbformat_minor": 5,
             "metadata": {"kernelspec": {"name": "python3", "language": "python",
                                         "display_name": "Python 3"}}}))
         start = time.perf_counter()
@@ -115,7 +117,7 @@ def time_experiments(say: Callable[[str], None], *, steps: int, fast: bool, seed
                      ) -> tuple[list[str], float]:
     """Build every experiment's warm start, time ``steps`` steps of each setting and estimate
     each live run (choice 1). Returns (problems, estimated seconds of all live runs)."""
-    from rlnb.teach.live import EXPERIMENTS, run_experiment
+    from rlnb.teach.live import EXPERIMENTS, FAST_STEPS, run_experiment
 
     problems, total = [], 0.0
     for exp in EXPERIMENTS.values():
@@ -127,8 +129,8 @@ def time_experiments(say: Callable[[str], None], *, steps: int, fast: bool, seed
             say(f"  {exp.exercise:22s} FAILED: {type(err).__name__}: {err}")
             continue
         estimate = 0.0
-        n_full = steps if fast else exp.steps
-        n_timed = 2 if fast else steps
+        n_timed = FAST_STEPS if fast else steps
+        n_full = FAST_STEPS if fast else exp.steps
         for label, records in result.records.items():
             step_times = [r["timing/train/total_step_time"] for r in records
                           if isinstance(r.get("timing/train/total_step_time"), (int, float))]
@@ -151,7 +153,8 @@ def speed(say: Callable[[str], None], *, fast: bool, seed: int = 0) -> None:
     times = [r["timing/train/total_step_time"] for r in result.records["default"]
              if isinstance(r.get("timing/train/total_step_time"), (int, float))]
     per_step = sum(times) / len(times)
-    say(f"  default GRPO step (16 prompts x 16 answers): {per_step:.3f} s, "
+    what = "the fast preset's GRPO step" if fast else "default GRPO step (16 prompts x 16 answers)"
+    say(f"  {what}: {per_step:.3f} s, "
         f"{1 / per_step:.1f} steps/s; notebook 01's 1500 steps: about "
         f"{_minutes(1500 * per_step)}")
 
