@@ -133,6 +133,8 @@ def run_experiment(experiment: str | Experiment, *, seed: int = 0, fast: bool = 
     from rlnb.run.session import TrainingRun
     from rlnb.teach.online_dpo import dpo_steps
 
+    if isinstance(experiment, str) and experiment not in EXPERIMENTS:
+        raise ValueError(f"no experiment {experiment!r}; experiments: {list(EXPERIMENTS)}")
     exp = EXPERIMENTS[experiment] if isinstance(experiment, str) else experiment
     n = FAST_STEPS if fast else (exp.steps if steps is None else steps)
     result = ExperimentResult(exp)

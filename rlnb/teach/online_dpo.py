@@ -21,6 +21,7 @@ Implementation choices:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -66,6 +67,7 @@ def dpo_steps(trainer, num_steps: int, *, beta: float, loss: Callable | None = N
                          "policy.train_global_batch_size must hold 2 rows per prompt")
     yield {"step": 0, **trainer.validate()}
     for i in range(num_steps):
+        start = time.perf_counter()
         batch = trainer.rollout()
         rows = pair_rows(batch.group, batch.correct)
         metrics = {"step": trainer.step_count + 1, "train/reward": float(batch.rewards.mean()),
@@ -80,6 +82,7 @@ def dpo_steps(trainer, num_steps: int, *, beta: float, loss: Callable | None = N
             step = policy.optimizer_step(data, pair_loss)
             metrics["dpo/loss"] = step["loss"]
         trainer.step_count += 1  # the next rollout and validation seed from the step count
+        metrics["timing/train/total_step_time"] = time.perf_counter() - start  # as the loops log
         if i == num_steps - 1:
             metrics.update(trainer.validate())
         yield metrics
