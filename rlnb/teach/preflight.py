@@ -9,7 +9,8 @@
 4. the warm starts: every live run of the lab starts from a cached warm start, built here once
    (the first build takes minutes on a laptop, then loads at once);
 5. the speed: K steps of every live run's settings, timed, and from them how long each
-   exercise's live run and the whole lab's take on this machine.
+   exercise's live run and the whole lab's take on this machine (PPO's runs: K steps after
+   the critic's warm-up, whose steps are timed apart).
 
 Implementation choices:
 1) The timing runs the experiments themselves (``run_experiment`` with K steps), so the
@@ -122,29 +123,44 @@ def time_experiments(say: Callable[[str], None], *, steps: int, fast: bool, seed
     problems, total = [], 0.0
     for exp in EXPERIMENTS.values():
         start = time.perf_counter()
+        warmup = 0 if fast else _critic_warmup(exp)
+        n_timed = FAST_STEPS if fast else steps + warmup
+        n_full = FAST_STEPS if fast else exp.steps
         try:
-            result = run_experiment(exp, seed=seed, fast=fast, steps=steps, log=lambda *_: None)
+            result = run_experiment(exp, seed=seed, fast=fast, steps=n_timed, log=lambda *_: None)
         except Exception as err:  # report and go on (choice 2)
             problems.append(f"live run '{exp.name}' failed: {type(err).__name__}: {err}")
             say(f"  {exp.exercise:22s} FAILED: {type(err).__name__}: {err}")
             continue
-        n_timed = FAST_STEPS if fast else steps
-        n_full = FAST_STEPS if fast else exp.steps
-        per_step, startup = {}, {}
+        estimate, startups = 0.0, []
         for label, records in result.records.items():
-            step_times = [r["timing/train/total_step_time"] for r in records
-                          if isinstance(r.get("timing/train/total_step_time"), (int, float))]
-            per_step[label] = sum(step_times) / len(step_times) if step_times else 0.0
-            startup[label] = max(result.seconds[label] - n_timed * per_step[label], 0.0)
+            timed = [(r["step"], r["timing/train/total_step_time"]) for r in records
+                     if isinstance(r.get("timing/train/total_step_time"), (int, float))]
+            # PPO's first steps train the critic only (cheaper): each phase timed on its own
+            early = [t for step, t in timed if step <= warmup] or [0.0]
+            later = [t for step, t in timed if step > warmup] or early
+            startups.append(max(result.seconds[label] - sum(t for _, t in timed), 0.0))
+            estimate += (min(warmup, n_full) * sum(early) / len(early)
+                         + max(n_full - warmup, 0) * sum(later) / len(later))
         # the first setting's start-up may include building the warm start: the lab's runs
         # load it from the cache, so each run is charged the smallest start-up seen
-        least = min(startup.values(), default=0.0)
-        estimate = sum(least + n_full * t for t in per_step.values())
+        estimate += min(startups, default=0.0) * len(startups)
         total += estimate
         say(f"  {exp.exercise:22s} {exp.name:18s} {len(exp.settings)} runs x {n_full:3d} steps: "
             f"about {_minutes(estimate)}  (timed {n_timed} steps each in "
             f"{time.perf_counter() - start:.0f} s, warm starts included)")
     return problems, total
+
+
+def _critic_warmup(exp) -> int:
+    """Steps that train PPO's critic only (``ppo.policy_training_start_step``), else 0."""
+    if exp.loop != "ppo":
+        return 0
+    from rlnb.run.master_config import load_config, packaged_config
+
+    config = load_config(packaged_config(exp.config), [*exp.common, *next(iter(
+        exp.settings.values()))])
+    return config.ppo.policy_training_start_step
 
 
 def speed(say: Callable[[str], None], *, fast: bool, seed: int = 0) -> None:
