@@ -363,15 +363,21 @@ def build_parser() -> argparse.ArgumentParser:
                              "machines, a free one with one)")
     launch.set_defaults(func=_launch)
 
-    teach = sub.add_parser("teach", help="build the exercises of a lab (docs/teaching.md)")
+    teach = sub.add_parser("teach", help="build the exercises of a lab (docs/teaching.md)",
+                           description="Exercises with checks for a lab on RL for LLMs.")
     build = teach.add_subparsers(dest="teach_command", required=True, metavar="COMMAND") \
         .add_parser("build", help="write OUT/student/ (stubs) and OUT/solution/ notebooks "
-                                  "from notebooks/exercises/")
+                                  "from notebooks/exercises/",
+                    description="Build each exercise's student copy (stubs, no solution) and "
+                                "solution copy.")
     build.add_argument("out", help="output folder")
     build.add_argument("--source", default=None, metavar="DIR", help="the exercise sources")
     build.set_defaults(func=_teach)
     pre = sub.add_parser("preflight", help="before a lab: check the install and a kernel, build "
-                                           "the warm starts, time the live runs")
+                                           "the warm starts, time the live runs",
+                         description="Check this machine before a lab: the install, a Jupyter "
+                                     "kernel, the exercises, the warm starts (built and cached) "
+                                     "and how long the lab's live runs take here.")
     pre.add_argument("--fast", action="store_true", help="tiny runs (tests): times nothing")
     pre.add_argument("--steps", type=int, default=5, metavar="K",
                      help="steps timed per live-run setting (default 5)")

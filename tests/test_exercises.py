@@ -46,7 +46,7 @@ def distinctive_lines(source: Path) -> list[str]:
 
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
 def test_the_student_copy_holds_no_solution_code(built, source):
-    """The issue's test: search each student copy for every distinctive line of the source's
+    """Search each student copy for every distinctive line of the source's
     solutions (the student copy keeps the signatures, docstrings and the check calls)."""
     student = (built / "student" / f"{source.stem}.ipynb").read_text(encoding="utf-8")
     solution = (built / "solution" / f"{source.stem}.ipynb").read_text(encoding="utf-8")
