@@ -8,6 +8,8 @@
                                                        one run per grid point + report
     rlnb launch --num-processes N NOTEBOOK [-p KEY VALUE ...]     one rank per process
         [--num-machines M --machine-rank R --main-process-ip IP --main-process-port P]
+    rlnb teach build OUT [--source DIR]   the exercises' student and solution notebooks
+    rlnb preflight [--fast] [--steps K]   before a lab: install, kernel, warm starts, speed
 
 Notebook commands (``rlnb.run.notebooks``, ``rlnb.run.sweep``, ``rlnb.run.launch``): ``-p`` values
 are read as YAML; a KEY with a dot (``-p loss_fn.ratio_clip_max 0.28``) is a config override
@@ -214,6 +216,21 @@ def _launch(args: argparse.Namespace) -> int:
     return _notebook_command("launch", call)
 
 
+def _teach(args: argparse.Namespace) -> int:
+    from rlnb.teach.build import run_build
+
+    return run_build(args.out, args.source, prog="rlnb teach build")
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    from rlnb.teach.preflight import preflight
+
+    if args.steps < 1:
+        print(f"rlnb preflight: --steps must be >= 1, got {args.steps}", file=sys.stderr)
+        return 2
+    return preflight(steps=args.steps, fast=args.fast)
+
+
 def _notebook_arguments(p: argparse.ArgumentParser, values: str, help: str) -> None:
     p.add_argument("notebook", help="the .ipynb to execute")
     p.add_argument("-p", "--param", nargs=2, action="append", default=[],
@@ -351,6 +368,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help="machine 0's rendezvous port (default: 29500 with several "
                              "machines, a free one with one)")
     launch.set_defaults(func=_launch)
+
+    teach = sub.add_parser("teach", help="build the exercises of a lab (docs/teaching.md)",
+                           description="Exercises with checks for a lab on RL for LLMs.")
+    build = teach.add_subparsers(dest="teach_command", required=True, metavar="COMMAND") \
+        .add_parser("build", help="write OUT/student/ (stubs) and OUT/solution/ notebooks "
+                                  "from notebooks/exercises/",
+                    description="Build each exercise's student copy (stubs, no solution) and "
+                                "solution copy.")
+    build.add_argument("out", help="output folder")
+    build.add_argument("--source", default=None, metavar="DIR", help="the exercise sources")
+    build.set_defaults(func=_teach)
+    pre = sub.add_parser("preflight", help="before a lab: check the install and a kernel, build "
+                                           "the warm starts, time the live runs",
+                         description="Check this machine before a lab: the install, a Jupyter "
+                                     "kernel, the exercises, the warm starts (built and cached) "
+                                     "and how long the lab's live runs take here.")
+    pre.add_argument("--fast", action="store_true", help="tiny runs (tests): times nothing")
+    pre.add_argument("--steps", type=int, default=5, metavar="K",
+                     help="steps timed per live-run setting (default 5)")
+    pre.set_defaults(func=_preflight)
     return parser
 
 
