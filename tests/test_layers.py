@@ -14,6 +14,7 @@ LAYERS = [
     ("rlnb.widgets", 4),
     ("rlnb.nemo", 4),
     ("rlnb.cli", 4),
+    ("rlnb.cli_notebooks", 4),
     ("rlnb.demo", 4),
     ("rlnb.teach", 4),  # exercises: checks against the algorithms, live runs through rlnb.run
 ]
