@@ -8,6 +8,8 @@
                                                        one run per grid point + report
     rlnb launch --num-processes N NOTEBOOK [-p KEY VALUE ...]     one rank per process
         [--num-machines M --machine-rank R --main-process-ip IP --main-process-port P]
+    rlnb teach build OUT [--source DIR]   the exercises' student and solution notebooks
+    rlnb preflight [--fast] [--steps K]   before a lab: install, kernel, warm starts, speed
 
 Notebook commands (``rlnb.run.notebooks``, ``rlnb.run.sweep``, ``rlnb.run.launch``): ``-p`` values
 are read as YAML; a KEY with a dot (``-p loss_fn.ratio_clip_max 0.28``) is a config override
@@ -20,7 +22,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
+
+from rlnb.cli_notebooks import USER_ERRORS, _launch, _message, _run, _sweep
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -59,6 +62,7 @@ def _train(args: argparse.Namespace) -> int:
                 resume=bool(args.resume),
                 accelerator=accelerator,
                 progress=not args.no_progress,
+                ignore_unsupported=args.ignore_unsupported,
             )
             summary = run.train(args.steps)
     except USER_ERRORS as err:
@@ -93,124 +97,19 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if report.exact else 1
 
 
-# --------------------------------------------------------------------------- notebooks
-def _show(path) -> str:
-    """``path`` relative to the working directory when it lies below it."""
-    if path is None:
-        return "-"
-    try:
-        return str(Path(path).relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+def _teach(args: argparse.Namespace) -> int:
+    from rlnb.teach.build import run_build
+
+    return run_build(args.out, args.source, prog="rlnb teach build")
 
 
-def _notebook_command(name: str, call) -> int:
-    """Run ``call()``; bad arguments exit 2 with one line, before anything is written."""
-    try:
-        return call()
-    except ImportError as err:
-        print(f"rlnb {name}: {err.name or err} is missing; notebooks need the notebook extra: "
-              "pip install -e '.[notebook]'", file=sys.stderr)
+def _preflight(args: argparse.Namespace) -> int:
+    from rlnb.teach.preflight import preflight
+
+    if args.steps < 1:
+        print(f"rlnb preflight: --steps must be >= 1, got {args.steps}", file=sys.stderr)
         return 2
-    except USER_ERRORS as err:
-        print(f"rlnb {name}: {_message(err)}", file=sys.stderr)
-        return 2
-
-
-def _run_files(run_dir: Path) -> str:
-    names = ["config.yaml", "metrics.jsonl", "rollouts/", "checkpoints/"]
-    found = [n for n in names if (run_dir / n.rstrip("/")).exists()]
-    return ", ".join(found) or "nothing else (the notebook wrote no run files)"
-
-
-def _run_metrics(run_dir: Path) -> str | None:
-    """'N steps; held-out accuracy a -> b; reward x -> y' from the run's metrics.jsonl."""
-    from rlnb.run.rundir import RunDir, read_metrics_file
-
-    records = read_metrics_file(run_dir / RunDir.METRICS)
-    if not records:
-        return None
-    parts = [f"{max(r['step'] for r in records)} steps"]
-    for key, label in (("validation/accuracy", "held-out accuracy"), ("train/reward", "reward")):
-        values = [r[key] for r in records if r.get(key) is not None]
-        if values:
-            parts.append(f"{label} {values[0]:.3f} -> {values[-1]:.3f}")
-    return "; ".join(parts)
-
-
-def _run(args: argparse.Namespace) -> int:
-    from rlnb.run.notebooks import run_notebook
-    from rlnb.run.parameters import parse_pairs
-
-    def call():
-        params = parse_pairs(args.param)
-        res = run_notebook(args.notebook, run_dir=args.run_dir, parameters=params,
-                           kernel_name=args.kernel, progress=not args.no_progress)
-        head = (f"done in {res.seconds:.1f} s" if res.ok
-                else f"FAILED in {res.seconds:.1f} s: {res.error}")
-        print(f"\nrlnb run: {head}\n"
-              f"  run directory  {_show(res.run_dir)}\n"
-              f"  notebook       {_show(res.notebook)}\n"
-              f"  html           {_show(res.html)}\n"
-              f"  run files      {_run_files(res.run_dir)}")
-        summary = _run_metrics(res.run_dir)
-        if summary:
-            print(f"  metrics        {summary}")
-        return 0 if res.ok else 1
-
-    return _notebook_command("run", call)
-
-
-def _sweep(args: argparse.Namespace) -> int:
-    from rlnb.run.sweep import parse_grid, sweep
-
-    def call():
-        grid, fixed = parse_grid(args.param)
-        res = sweep(args.notebook, grid, root=args.root, parameters=fixed,
-                    kernel_name=args.kernel, jobs=args.jobs, cpus_per_run=args.cpus_per_run,
-                    gpus_per_run=args.gpus_per_run, ray=args.ray,
-                    rerun_failed=args.rerun_failed, force=args.force)
-        print(f"\nrlnb sweep: {len(res.runs) - len(res.failed)} of {len(res.runs)} runs ok\n"
-              f"  sweep root  {_show(res.root)}  (sweep.json, summary.csv, logs/, a folder per "
-              "run)\n"
-              f"  report      {_show(res.report_html)}")
-        for run in res.failed:
-            print(f"  FAILED      {run.run_dir.name}: {run.error}")
-        if res.report_error:
-            print(f"  the report failed: {res.report_error}")
-        return 0 if res.ok else 1
-
-    return _notebook_command("sweep", call)
-
-
-def _launch(args: argparse.Namespace) -> int:
-    from rlnb.run.launch import RANKS, launch
-    from rlnb.run.parameters import parse_pairs
-
-    def call():
-        params = parse_pairs(args.param)
-        res = launch(args.notebook, args.num_processes, run_dir=args.run_dir,
-                     parameters=params, kernel_name=args.kernel, progress=not args.no_progress,
-                     num_machines=args.num_machines, machine_rank=args.machine_rank,
-                     main_process_ip=args.main_process_ip,
-                     main_process_port=args.main_process_port)
-        ranks = f"{args.num_processes} rank{'s' if args.num_processes > 1 else ''}"
-        if args.num_machines > 1:
-            ranks = (f"machine {args.machine_rank}: its {args.num_processes // args.num_machines}"
-                     f" of {ranks}")
-        head = (f"{ranks} done in {res.seconds:.1f} s" if res.ok
-                else f"FAILED in {res.seconds:.1f} s: {res.error}")
-        lines = [f"\nrlnb launch: {head}",
-                 f"  run directory  {_show(res.run_dir)}",
-                 f"  notebook       {_show(res.notebook)}  (rank 0)",
-                 f"  html           {_show(res.html)}"]
-        if args.num_processes > 1:
-            lines.append(f"  other ranks    {_show(res.run_dir / RANKS)}/rank<R>.ipynb")
-        lines += [f"  rank {r}: {e}" if r >= 0 else f"  {e}" for r, e in res.rank_errors.items()]
-        print("\n".join(lines))
-        return 0 if res.ok else 1
-
-    return _notebook_command("launch", call)
+    return preflight(steps=args.steps, fast=args.fast)
 
 
 def _notebook_arguments(p: argparse.ArgumentParser, values: str, help: str) -> None:
@@ -277,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="steps to run (default: grpo.max_num_steps, or ppo.max_num_steps, in total)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
+    train.add_argument("--ignore-unsupported", action="store_true",
+                       help="with a NeMo-RL config: train although the keys rlnb has no use for "
+                            "(cluster, parallelism, engine settings, ...) are ignored; without it "
+                            "they are listed and nothing runs")
     train.set_defaults(func=_train)
     verify = sub.add_parser("verify", help="replay a run's steps from a checkpoint and compare "
                                            "them with what it logged (exit 1 on a difference)",
@@ -346,22 +249,31 @@ def build_parser() -> argparse.ArgumentParser:
                         help="machine 0's rendezvous port (default: 29500 with several "
                              "machines, a free one with one)")
     launch.set_defaults(func=_launch)
+
+    teach = sub.add_parser("teach", help="build the exercises of a lab (docs/teaching.md)",
+                           description="Exercises with checks for a lab on RL for LLMs.")
+    build = teach.add_subparsers(dest="teach_command", required=True, metavar="COMMAND") \
+        .add_parser("build", help="write OUT/student/ (stubs) and OUT/solution/ notebooks "
+                                  "from notebooks/exercises/",
+                    description="Build each exercise's student copy (stubs, no solution) and "
+                                "solution copy.")
+    build.add_argument("out", help="output folder")
+    build.add_argument("--source", default=None, metavar="DIR", help="the exercise sources")
+    build.set_defaults(func=_teach)
+    pre = sub.add_parser("preflight", help="before a lab: check the install and a kernel, build "
+                                           "the warm starts, time the live runs",
+                         description="Check this machine before a lab: the install, a Jupyter "
+                                     "kernel, the exercises, the warm starts (built and cached) "
+                                     "and how long the lab's live runs take here.")
+    pre.add_argument("--fast", action="store_true", help="tiny runs (tests): times nothing")
+    pre.add_argument("--steps", type=int, default=5, metavar="K",
+                     help="steps timed per live-run setting (default 5)")
+    pre.set_defaults(func=_preflight)
     return parser
 
 
 # A user's mistake (a bad config value, a missing file, a missing optional package) is one of
 # these, with a message that names the culprit: exit 2, one line, no traceback.
-USER_ERRORS = (ValueError, FileNotFoundError, ImportError)
-
-
-def _message(err: BaseException) -> str:
-    if isinstance(err, ImportError) and not isinstance(err, ModuleNotFoundError):
-        return str(err)
-    if isinstance(err, ModuleNotFoundError):
-        return f"{err.name} is not installed ({err})"
-    return str(err)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

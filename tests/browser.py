@@ -415,6 +415,18 @@ def plot_traces(page: Page) -> list[dict]:
     )
 
 
+def plot_trace_y(page: Page, graph: int, name: str, nth: int = 0) -> list[float | None]:
+    """The y values of the `nth` trace called `name` (a band's edges have the name "") in the
+    `graph`-th plotly graph, as drawn (NaN as None)."""
+    return page.evaluate(
+        """([sel, g, name, nth]) => Array.from(
+            (document.querySelectorAll(sel)[g]?.data ?? []).filter(t => (t.name ?? '') === name)
+                [nth]?.y ?? [],
+            v => (Number.isFinite(v) ? v : null))""",
+        [PLOTLY_GRAPH, graph, name, nth],
+    )
+
+
 def plot_trace_lengths(page: Page) -> list[int | None]:
     return [t["points"] for t in plot_traces(page)]
 

@@ -549,7 +549,7 @@ API_ROWS = [
      "PPOTrainer needs a config with algorithm: ppo"),
     (lambda: rlnb.GRPOTrainer(rlnb.load_config(PPO, preset="fast")), ValueError,
      "GRPOTrainer needs a config with algorithm: grpo; this one has algorithm: 'ppo'"),
-    (lambda: ppo_advantages({"name": "grpo"}), ValueError, "group estimator"),
+    (lambda: ppo_advantages({"name": "grpo"}), ValueError, "'grpo' is an estimator of GRPO's loop"),
     (lambda: ppo_advantages({"gae_lambda": 2.0}), ValueError, "gae_lambda"),
     (lambda: tiny_trainer().compute_advantages(None), TypeError,
      "GRPOTrainer.compute_advantages takes the RolloutBatch"),

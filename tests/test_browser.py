@@ -28,6 +28,7 @@ from browser import (  # noqa: E402
     notebook_session,
     number_value,
     plot_trace_lengths,
+    plot_trace_y,
     plot_traces,
     run_all_cells,
     run_cell,
@@ -111,6 +112,55 @@ def test_lab_renders_figurewidget_and_button_callback(lab, browser, tmp_path):
         assert wait_for_more_points(nb.page, 0, than=1, timeout=30) == 2
         click_button(nb.page, "Step")
         assert wait_for_more_points(nb.page, 0, than=2, timeout=30) == 3
+
+
+DASHBOARD_CELLS = [
+    code_cell(
+        "from rlnb.widgets import Dashboard\n"
+        "rewards = [0.0, 1.0, 0.0, 1.0, 0.5, 0.5, 1.0, 0.0, 0.25, 0.75, 1.0, 0.0]\n"
+        "dash = Dashboard(history=[{'step': s, 'train/reward': r, 'train/reward_sem': 0.1}\n"
+        "                          for s, r in enumerate(rewards, start=1)])\n"
+        "dash.display()"
+    ),
+]
+
+
+def test_dashboard_smoothing_control_in_the_browser(lab, browser, tmp_path):
+    """The dashboard's smoothing dropdown, chosen in the page: the reward line becomes its
+    trailing mean over the last 10 steps (computed here by hand), the band the interval of that
+    mean; "off" brings the raw values back; the kernel's widget holds the choice."""
+    write_notebook(lab.root / "smoothing.ipynb", [
+        *DASHBOARD_CELLS, code_cell("# PROBE\nprint('SMOOTHING', dash.smoothing.value)")])
+    raw = [0.0, 1.0, 0.0, 1.0, 0.5, 0.5, 1.0, 0.0, 0.25, 0.75, 1.0, 0.0]
+    smoothed = [sum(raw[max(0, i - 9):i + 1]) / len(raw[max(0, i - 9):i + 1])
+                for i in range(len(raw))]
+    # the band's lower edge: the window's mean minus 2 standard errors, 2·sqrt(n·0.1²)/n
+    lower = [m - 0.2 / min(i + 1, 10) ** 0.5 for i, m in enumerate(smoothed)]
+    with notebook_session(browser, lab, "smoothing.ipynb", tmp_path) as nb:
+        page = nb.page
+        run_all_cells(page, timeout=120)
+        assert error_outputs(page) == []
+        page.wait_for_selector(PLOTLY_GRAPH, timeout=60_000)
+        graph = dashboard_index(plot_traces(page))
+        wait_for_y(page, graph, "reward", raw)
+        select_index(page, "smoothing", 1)  # "10 steps"
+        wait_for_y(page, graph, "reward", smoothed)
+        assert plot_trace_y(page, graph, "", nth=0) == pytest.approx(lower)  # the band's edge
+        text, _ = run_cell(page, "# PROBE")
+        assert "SMOOTHING 10" in text, text
+        select_index(page, "smoothing", 0)  # "off"
+        wait_for_y(page, graph, "reward", raw)
+        text, _ = run_cell(page, "# PROBE")
+        assert "SMOOTHING 1" in text, text
+
+
+def wait_for_y(page, graph: int, name: str, expected: list[float],
+               timeout: float = 30.0) -> None:
+    """Wait until trace `name` of the `graph`-th plot shows `expected` (to 1e-6)."""
+    deadline = time.monotonic() + timeout
+    while (got := plot_trace_y(page, graph, name)) != pytest.approx(expected, abs=1e-6):
+        assert time.monotonic() < deadline, f"the plot shows {got}, expected {expected}"
+        time.sleep(0.2)
 
 
 # Appended to the tutorial copy: the kernel's side of every check, printed as one JSON line.

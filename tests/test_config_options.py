@@ -88,6 +88,8 @@ OPTIONAL_VALUES = {
     "checkpointing.keep_top_k": 1,
     "grpo.async_grpo.collector_threads": 1,
     "grpo.async_grpo.trainer_threads": 1,
+    "policy.optimizer.warmup_start_factor": 0.5,
+    "value.optimizer.warmup_start_factor": 0.5,
 }
 COMPANIONS = {  # what a variant needs to be meaningful at all
     "loss_fn.truncated_importance_sampling_type": ["loss_fn.use_importance_sampling_correction=true",
@@ -113,6 +115,9 @@ COMPANIONS = {  # what a variant needs to be meaningful at all
         "grpo.reward_shaping.max_response_length=4"]
        for k in ("overlong_buffer_length", "overlong_buffer_penalty", "max_response_length")},
     "grpo.reward_shaping.stop_properly_penalty_coef": [],  # alone: refused (shaping is off)
+    # NeMo-RL's LinearLR start factor: against rlnb's (s+1)/W ramp (0.25 at the first step)
+    "policy.optimizer.warmup_start_factor": ["policy.optimizer.warmup_steps=4"],
+    "value.optimizer.warmup_start_factor": ["value.optimizer.warmup_steps=4"],
 }
 # PPO's copies of GRPO's shared settings need the same values and companions
 for _k in [k for k in OPTIONAL_VALUES if k.startswith("grpo.reward_shaping.")]:

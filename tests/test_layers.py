@@ -1,4 +1,4 @@
-"""Layers import one way: rlnb.algorithms <- rlnb.engine <- rlnb.run <- widgets, nemo, CLI."""
+"""Layers import one way: rlnb.algorithms <- rlnb.engine <- rlnb.run <- widgets, nemo, teach, CLI."""
 
 import ast
 from pathlib import Path
@@ -14,7 +14,9 @@ LAYERS = [
     ("rlnb.widgets", 4),
     ("rlnb.nemo", 4),
     ("rlnb.cli", 4),
+    ("rlnb.cli_notebooks", 4),
     ("rlnb.demo", 4),
+    ("rlnb.teach", 4),  # exercises: checks against the algorithms, live runs through rlnb.run
 ]
 JUPYTER = ("ipywidgets", "plotly", "IPython", "ipykernel", "jupyterlab", "papermill", "nbformat",
            "nbclient", "nbconvert")

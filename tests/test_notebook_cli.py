@@ -361,7 +361,9 @@ def swept(tmp_path_factory, env):
 def test_sweep_runs_every_point_and_reports_the_failure(swept):
     root, proc = swept
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == sorted([*NAMES, "logs"])
+    # mathjax/: the report.html's local MathJax (rlnb.run.mathjax)
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == sorted(
+        [*NAMES, "logs", "mathjax"])
     assert sorted(p.name for p in (root / "logs").iterdir()) == sorted(f"{n}.log" for n in NAMES)
     # one at a time (no --jobs): each point starts after the one before ends
     assert re.search(r"\[3/4 done, 1 running, 0 failed\] start  loss_fn.ratio_clip_max=0.28 seed=1\n"

@@ -217,6 +217,14 @@ def test_shows_a_plotly_figure(executed):
 # AssertionError. Add yours: assert something a broken notebook would not show.
 
 
+def _formula_checks(nb, *lines):
+    """The cells that compute a shown formula by hand ran and printed their verdict (each also
+    asserts, so a mismatch fails the run)."""
+    out = stdout(nb)
+    missing = [line for line in lines if line not in out]
+    assert not missing, f"formula checks that did not report: {missing}"
+
+
 def _policy_loss_and_kl(nb):
     tables = [h for h in mime_outputs(nb, "text/html") if "<table" in h]
     assert any("ratio_clip_max" in t and "zero gradient" in t for t in tables), (
@@ -228,6 +236,11 @@ def _policy_loss_and_kl(nb):
     out = stdout(nb)
     assert "zero-gradient tokens == the formula's: True" in out  # clipped tokens get no gradient
     assert "weights unchanged: True" in out  # dry runs leave the weights alone
+    _formula_checks(nb, "rlnb.clipped_pg_loss", ": matches",
+                    "the dual-clip formula matches rlnb.clipped_pg_loss",
+                    "k1, k2, k3 by hand match rlnb.calculate_kl",
+                    "each setting's loss matches the formula with its weights",
+                    "ClippedPGLossFn: ")
 
 
 def _widgets_have_static_twins(nb):
@@ -248,6 +261,10 @@ def _grpo_step_by_step(nb):
     html = mime_outputs(nb, "text/html")
     assert any("rlnb dashboard</b> — 4 steps" in h for h in html), "stale dashboard snapshot"
     _widgets_have_static_twins(nb)
+    _formula_checks(nb, "1 right of 4: A = 1.000 (right), -0.577 (wrong); rlnb 1.000, -0.577; "
+                    "÷ the whole group's std would give 2.000",
+                    "all 16 advantages of the batch: the formula matches compute_advantages",
+                    "L by hand")
 
 
 def _advantage_estimators(nb):
@@ -255,6 +272,9 @@ def _advantage_estimators(nb):
     tables = [h for h in mime_outputs(nb, "text/html") if "<table" in h]
     assert any("reinforce_plus_plus" in t and "gdpo" in t for t in tables)
     _widgets_have_static_twins(nb)
+    _formula_checks(nb, *(f"{name:24s} max |by hand − library|" for name in (
+        "grpo", "grpo, no leave-one-out", "grpo, no ÷ std", "reinforce_plus_plus", "gdpo")))
+    assert any("with a format advantage ≠ 0" in t for t in tables), "no GDPO decomposition"
 
 
 def _ablation_sweep(nb):
@@ -265,8 +285,16 @@ def _ablation_sweep(nb):
     assert any("± " in t and "(n=2)" in t for t in tables), "no per-setting summary"
 
 
+def _ppo_value_model(nb):
+    _formula_checks(nb, "V_t = head(h_(t-1)) matches compute_values",
+                    "by hand matches on all 16 rows; the whitening and λ = 1 (A_t = r − V_t) too",
+                    "L_V by hand")
+
+
 def _async_grpo(nb):
     out = stdout(nb)
+    _formula_checks(nb, "train/token_mult_prob_error: by hand",
+                    "matches (and the raw mean matches async/importance_weight/mean)")
     assert "loop: AsyncGRPOTrainer" in out and "weight versions [0]" in out  # step 0 is fresh
     assert "groups by age" in out and "steps/min" in out, "no age histogram or side-by-side"
     assert "collector running: False" in out  # the dashboard's run stopped the collector
@@ -315,6 +343,7 @@ EXTRA_CHECKS = {
     "02_advantage_estimators": [_advantage_estimators],
     "03_policy_loss_and_kl": [_policy_loss_and_kl],
     "04_ablation_sweep": [_ablation_sweep],
+    "05_ppo_value_model": [_ppo_value_model],
     "06_async_grpo": [_async_grpo],
     "07_reproducing_findings": [_reproducing_findings],
 }

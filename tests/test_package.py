@@ -282,3 +282,23 @@ def test_the_project_speaks_of_itself_only():
             for match in (*issue.finditer(line), *outside.finditer(line)):
                 found.append(f"{path.relative_to(ROOT)}:{number}: {match.group(0)!r}")
     assert not found, "mentions of things outside the project:\n" + "\n".join(found)
+
+
+def _anchor(heading: str) -> str:
+    """A Markdown heading's link anchor, as GitHub makes it."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_into_a_doc_names_a_heading_it_has():
+    """``docs/x.md#anchor`` in code, docs and notebooks points at a heading of that file."""
+    headings = {}
+    for md in [*ROOT.glob("docs/*.md"), ROOT / "README.md", ROOT / "CONTRIBUTING.md"]:
+        headings[md.name] = {_anchor(m.group(1)) for m in
+                             re.finditer(r"^#+\s+(.*)$", md.read_text(), re.M)}
+    broken = []
+    for path in _project_text_files():
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for name, anchor in re.findall(r"([A-Za-z_]+\.md)#([\w\-]+)", line):
+                if name in headings and anchor not in headings[name]:
+                    broken.append(f"{path.relative_to(ROOT)}:{number}: {name}#{anchor}")
+    assert not broken, "links to headings that do not exist:\n" + "\n".join(broken)

@@ -264,7 +264,7 @@ def test_a_policy_without_a_separate_body_is_refused_naming_value():
      r"ppo\.adv_estimator\.name: 'grpo' is an estimator of GRPO's loop; PPO's loop takes 'gae', "
      r"'raw_reward'"),
     ("ppo.policy_training_start_step=1500", r"ppo\.policy_training_start_step=1500 is beyond ppo\.max_num_steps=1000"),
-    ("loss_fn.reference_policy_kl_penalty=0.01", r"ppo\.skip_reference_policy_logprobs_calculation=true .* needs loss_fn\.reference_policy_kl_penalty=0"),
+    ("loss_fn.reference_policy_kl_penalty=0.01", r"ppo\.skip_reference_policy_logprobs_calculation=true keeps no reference policy, but loss_fn\.reference_policy_kl_penalty=0\.01 needs one"),
     ("grpo.seed=1", r"grpo: a section of algorithm 'grpo', but algorithm is 'ppo'"),
     ("value.model_name=gpt2", r"value\.model_name='gpt2': rlnb builds the critic from the policy"),
     ("ppo.max_num_epochs=3", r"ppo\.max_num_epochs=3: rlnb's tasks stream rows"),
@@ -281,7 +281,9 @@ def test_bad_ppo_configs_fail_at_load_with_the_key(override, message):
 def test_ppo_sections_under_grpo_are_refused_and_grpo_configs_dump_as_before():
     with pytest.raises(ValueError, match=r"ppo: a section of algorithm 'ppo', but algorithm is 'grpo'"):
         load_config(None, ["ppo.ppo_epochs=2"])
-    with pytest.raises(ValueError, match=r"use_kl_in_reward with ppo\.adv_estimator\.name='raw_reward'"):
+    with pytest.raises(ValueError, match=r"use_kl_in_reward=true needs an estimator that puts the "
+                                         r"KL into the reward .* not ppo\.adv_estimator\.name="
+                                         r"'raw_reward'"):
         load_config(PPO, ["loss_fn.use_kl_in_reward=true", "loss_fn.reference_policy_kl_penalty=0.1",
                           "ppo.skip_reference_policy_logprobs_calculation=false",
                           "ppo.adv_estimator.name=raw_reward"])

@@ -42,7 +42,7 @@ def with_signal(batch):
 def test_dashboard_update_fills_traces_band_and_markers():
     dash = Dashboard()
     for step, (r, s) in enumerate([(0.2, 0.1), (0.5, 0.2), (0.4, 0.0)], start=1):
-        metrics = {"step": step, "train/reward": r, "train/reward_std": s,
+        metrics = {"step": step, "train/reward": r, "train/reward_sem": s,
                    "train/kl_penalty": 0.01 * step, "timing/train/generation": 0.5}
         if step == 2:
             metrics["validation/accuracy"] = 0.7
@@ -51,8 +51,9 @@ def test_dashboard_update_fills_traces_band_and_markers():
     assert dash.fig.data[0].name == "reward" and list(dash.fig.data[0].x) == [1, 2, 3]
     assert list(dash.fig.data[0].y) == [0.2, 0.5, 0.4]
     lower, upper = dash.fig.data[1], dash.fig.data[2]
-    assert list(lower.y) == pytest.approx([0.1, 0.3, 0.4])
-    assert list(upper.y) == pytest.approx([0.3, 0.7, 0.4])
+    # the band is the mean ± 2 standard errors (train/reward_sem), an interval of the mean
+    assert list(lower.y) == pytest.approx([0.0, 0.1, 0.4])
+    assert list(upper.y) == pytest.approx([0.4, 0.9, 0.4])
     assert upper.fill == "tonexty"
     assert list(data["held-out accuracy"].x) == [2] and list(data["held-out accuracy"].y) == [0.7]
     assert list(data["kl_penalty"].y) == pytest.approx([0.01, 0.02, 0.03])

@@ -4,7 +4,8 @@
     from rlnb.widgets import EstimatorComparison, ConfigPanel, metric_card, show
 
 - ``Dashboard``: live reward / KL / entropy / clip fraction / length / timing plots, a Stop
-  button, and metric cards (formula, expected range, what to check) behind an info toggle.
+  button, a smoothing control, and metric cards (formula, expected range, what to check) behind
+  an info toggle; its panels are defined in ``panels.py``.
 - ``StageStepper``: Rollout / Advantages / Update / Step / Run N / Stop buttons.
 - ``RolloutInspector`` and ``TokenView``: one group side by side; tokens coloured by advantage,
   ratio, KL, entropy or the generation-vs-training log-prob gap.
@@ -23,8 +24,9 @@ there), so ``import rlnb`` never imports it and never needs Jupyter packages.
 from rlnb.widgets.cards import MetricCard, metric_card
 from rlnb.widgets.comparison import EstimatorComparison
 from rlnb.widgets.config_panel import ConfigPanel
-from rlnb.widgets.dashboard import DEFAULT_PANELS, Dashboard, Panel
+from rlnb.widgets.dashboard import Dashboard
 from rlnb.widgets.inspector import RolloutInspector, TokenView
+from rlnb.widgets.panels import DEFAULT_PANELS, Panel
 from rlnb.widgets.reward_workbench import RewardWorkbench, signal_figure
 from rlnb.widgets.static import ensure_plotlyjs, figure_bundle, figure_html, show, table_html
 from rlnb.widgets.stepper import StageStepper

@@ -30,7 +30,8 @@ Implementation choices:
 5) The static twin (``static_html``) is a plotly figure plus a table of the last values; it is
    refreshed in the saved output when a run ends.
 6) The panels follow the trainer's loop (``LOOP_PANELS`` by ``trainer.loop_section``): PPO shows
-   its critic's value loss and explained variance.
+   its critic's value loss and explained variance. What each panel draws (the reward's interval,
+   smoothing, undefined points) is in ``panels.py``; the smoothing control only redraws.
 """
 
 from __future__ import annotations
@@ -41,114 +42,26 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlnb.widgets.cards import metric_card
+from rlnb.widgets.panels import (  # noqa: F401 (ASYNC/PPO/LOOP_PANELS: imported from here too)
+    ASYNC_PANELS,
+    DEFAULT_PANELS,
+    LOOP_PANELS,
+    PPO_PANELS,
+    SMOOTHING,
+    Panel,
+    band_series,
+    build_figure,
+    panels_for,
+    rolling_mean,
+    task_panels,
+)
 from rlnb.widgets.static import LiveAndStatic, figure_html, table_html
-
-
-@dataclass(frozen=True)
-class Panel:
-    """One subplot: a title and the metric keys drawn in it (``band`` = a ± spread key)."""
-
-    title: str
-    keys: tuple[str, ...]
-    band: str | None = None
-    markers: str | None = None  # a sparse key drawn as markers (e.g. validation accuracy)
-    y_range: tuple[float, float] | None = None  # a fixed y axis (None: plotly's autorange)
-
-
-DEFAULT_PANELS = (
-    Panel("reward (mean ± std)", ("train/reward",), band="train/reward_std",
-          markers="validation/accuracy"),
-    Panel("KL penalty", ("train/kl_penalty",)),
-    Panel("entropy (nats/token)", ("train/approx_entropy",)),
-    Panel("clip fraction", ("train/clip_fraction",)),
-    Panel("response length (tokens)", ("train/mean_gen_tokens_per_sample",)),
-    Panel("stage timings (s)", (
-        "timing/train/generation", "timing/train/policy_and_reference_logprobs",
-        "timing/train/advantage_calculation", "timing/train/policy_training",
-    )),
-)
-
-# PPO: the critic's value loss and explained variance take the entropy and length panels' place
-PPO_PANELS = (
-    DEFAULT_PANELS[0], DEFAULT_PANELS[1],
-    Panel("value loss (critic)", ("critic/loss",)),
-    # fixed at [-1, 1]: one batch whose returns are nearly all equal can read -3 or less, and
-    # autorange would flatten the trend the panel is for (docs/algorithms.md#value-loss)
-    Panel("explained variance (critic)", ("critic/explained_var",), y_range=(-1.0, 1.0)),
-    DEFAULT_PANELS[3],
-    Panel("stage timings (s)", (
-        "timing/train/generation", "timing/train/value_inference",
-        "timing/train/advantage_calculation", "timing/train/value_training",
-        "timing/train/policy_training",
-    )),
-)
-# async GRPO: the buffer, the groups' ages, the importance weights' spread and who waits for whom
-ASYNC_PANELS = (
-    DEFAULT_PANELS[0],
-    Panel("replay buffer (groups after sampling)", ("train/buffer_size",)),
-    Panel("trajectory age (steps)", ("train/avg_trajectory_age", "async/max_trajectory_age")),
-    Panel("importance weights (the loss's)", ("train/sampling_importance_ratio",
-                                               "train/token_mult_prob_error")),
-    DEFAULT_PANELS[3],
-    Panel("waiting (s)", ("timing/train/wait_for_trajectories",
-                          "timing/async/collector_wait_for_weights")),
-)
-# a trainer's loop (``loop_section``) -> its panels (an async GRPO trainer: ASYNC_PANELS)
-LOOP_PANELS = {"grpo": DEFAULT_PANELS, "ppo": PPO_PANELS}
-
-_TIMING_NAMES = {
-    "timing/train/generation": "generation",
-    "timing/train/policy_and_reference_logprobs": "logprobs",
-    "timing/train/value_inference": "values",
-    "timing/train/advantage_calculation": "advantages",
-    "timing/train/value_training": "critic update",
-    "timing/train/policy_training": "update",
-    "timing/train/wait_for_trajectories": "trainer waits for data",
-    "timing/async/collector_wait_for_weights": "collector waits for weights",
-}
-
-
-def panels_for(trainer=None, history: Iterable[dict[str, Any]] = ()) -> tuple[Panel, ...]:
-    """The panels of a trainer's loop (``LOOP_PANELS``); without a trainer, PPO's when the
-    history holds critic metrics, else the default. A task of reward functions adds a panel of
-    its components; one with no notion of correct marks the held-out reward, not accuracy."""
-    if trainer is not None:
-        if hasattr(trainer, "collector"):
-            panels = ASYNC_PANELS
-        else:
-            panels = LOOP_PANELS.get(getattr(trainer, "loop_section", "grpo"), DEFAULT_PANELS)
-        return task_panels(panels, getattr(trainer, "task", None))
-    keys = {k for record in history for k in record}
-    if any(k.startswith("critic/") for k in keys):
-        panels = PPO_PANELS
-    else:
-        panels = ASYNC_PANELS if "train/buffer_size" in keys else DEFAULT_PANELS
-    if "validation/reward" in keys and "validation/accuracy" not in keys:  # no notion of correct
-        first = panels[0]
-        panels = (Panel(first.title, first.keys, band=first.band, markers="validation/reward"),
-                  *panels[1:])
-    return panels
-
-
-def task_panels(panels: tuple[Panel, ...], task) -> tuple[Panel, ...]:
-    """``panels`` for ``task``: the reward panel's markers are ``validation/reward`` when the
-    task defines no ``correct``; reward functions get a panel of ``train/reward/<name>``."""
-    if task is None:
-        return panels
-    first = panels[0]
-    if not getattr(task, "defines_correct", True):
-        first = Panel(first.title, first.keys, band=first.band, markers="validation/reward")
-    names = [f.name for f in getattr(task, "funcs", ())]
-    extra = (Panel("reward components (mean)", tuple(f"train/reward/{n}" for n in names)),) \
-        if names else ()
-    return (first, *panels[1:], *extra)
 
 
 def training_loop(source):
@@ -170,48 +83,6 @@ def is_headless() -> bool:
         return True
     shell = get_ipython()
     return shell is None or not hasattr(shell, "kernel")
-
-
-MARKER_NAMES = {"validation/accuracy": "held-out accuracy",
-                "validation/reward": "held-out reward"}
-
-
-def build_figure(panels: tuple[Panel, ...], cols: int = 3):
-    """An empty ``FigureWidget`` with one subplot per panel; returns (fig, trace index map)."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    rows = math.ceil(len(panels) / cols)
-    base = make_subplots(rows=rows, cols=cols, subplot_titles=[p.title for p in panels],
-                         horizontal_spacing=0.07, vertical_spacing=0.16)
-    fig = go.FigureWidget(base)
-    index: dict[tuple[str, str], int] = {}  # (key, role) -> trace number
-    for i, panel in enumerate(panels):
-        row, col = i // cols + 1, i % cols + 1
-        for key in panel.keys:  # the main lines first: data[0] is the first panel's mean
-            name = _TIMING_NAMES.get(key, key.removeprefix("train/"))
-            index[(key, "line")] = len(fig.data)
-            fig.add_scatter(x=[], y=[], mode="lines", name=name, row=row, col=col,
-                            showlegend=len(panel.keys) > 1, legendgroup=panel.title)
-        if panel.band:
-            main = panel.keys[0]
-            for role in ("lower", "upper"):
-                index[(main, role)] = len(fig.data)
-                fig.add_scatter(x=[], y=[], mode="lines", line={"width": 0}, showlegend=False,
-                                fill="tonexty" if role == "upper" else None,
-                                fillcolor="rgba(99,110,250,0.2)", hoverinfo="skip",
-                                row=row, col=col)
-        if panel.y_range is not None:
-            fig.update_yaxes(range=list(panel.y_range), autorange=False, row=row, col=col)
-        if panel.markers:
-            index[(panel.markers, "markers")] = len(fig.data)
-            fig.add_scatter(x=[], y=[], mode="markers", name=MARKER_NAMES.get(
-                panel.markers, panel.markers),
-                            marker={"symbol": "diamond", "size": 8}, row=row, col=col)
-    fig.update_layout(meta="rlnb-dashboard", height=300 * rows,
-                      margin={"l": 40, "r": 10, "t": 40, "b": 30},
-                      legend={"orientation": "h", "y": -0.08}, template="plotly_white")
-    return fig, index
 
 
 def no_accuracy_note(trainer) -> str | None:
@@ -267,7 +138,13 @@ class Dashboard(LiveAndStatic):
         self.info.observe(self._toggle_cards, names="value")
         self.note = no_accuracy_note(self.trainer)
         self.status = w.HTML(self._status_text("ready"))
-        self.widget = w.VBox([w.HBox([self.status, self.stop_button, self.info]),
+        self.smoothing = w.Dropdown(
+            options=list(SMOOTHING), value=1, description="smoothing",
+            layout=w.Layout(width="220px"),
+            tooltip="trailing mean of each line over the last N logged steps; the reward band "
+                    "is then the interval of that mean")
+        self.smoothing.observe(lambda _: self.redraw(), names="value")
+        self.widget = w.VBox([w.HBox([self.status, self.stop_button, self.info, self.smoothing]),
                               self.fig, self.cards])
         for metrics in history:
             self.update(metrics, redraw=False)
@@ -278,36 +155,40 @@ class Dashboard(LiveAndStatic):
         """Take in one step's metrics (``step`` key, else the next index)."""
         step = metrics.get("step", len(self.history) + 1)
         self.history.append(dict(metrics))
+        undefined = {k for p in self.panels if p.defined and not p.defined(metrics) for k in p.keys}
         for key, value in metrics.items():
             if key == "step" or not isinstance(value, (int, float)):  # None: a NaN on disk
                 continue
             xs, ys = self.columns.setdefault(key, ([], []))
             xs.append(step)
-            ys.append(float(value))
+            ys.append(math.nan if key in undefined else float(value))  # panels.py, choice 3
         if redraw:
             self.redraw()
             self.status.value = self._status_text(f"step {step}")
 
     def redraw(self) -> None:
-        """Push the columns into the figure (one batched message)."""
+        """Push the columns into the figure (one batched message), smoothed over the window the
+        smoothing control holds (panels.py, choice 2)."""
         self._last_redraw = time.monotonic()
+        window = int(self.smoothing.value)
         empty: tuple[list[float], list[float]] = ([], [])
+        bands: dict[str, tuple] = {}
         with self.fig.batch_update():
             for (key, role), i in self._index.items():
                 xs, ys = self.columns.get(key, empty)
                 trace = self.fig.data[i]
-                if role in ("line", "markers"):  # numpy: plotly validates lists per element
+                if role == "line":  # numpy: plotly validates lists per element
+                    trace.x, trace.y = np.asarray(xs, dtype=float), rolling_mean(ys, window)
+                elif role == "markers":
                     trace.x, trace.y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
-                else:  # band: mean ± spread, on the steps where both exist
-                    sx, sy = self.columns.get(self._band_key(key), empty)
-                    spread = dict(zip(sx, sy))
-                    sign = -1.0 if role == "lower" else 1.0
-                    pts = [(x, y + sign * spread[x]) for x, y in zip(xs, ys) if x in spread]
-                    trace.x = np.asarray([p[0] for p in pts], dtype=float)
-                    trace.y = np.asarray([p[1] for p in pts], dtype=float)
-
-    def _band_key(self, key: str) -> str:
-        return next(p.band for p in self.panels if p.band and p.keys[0] == key)
+                else:  # band: mean ± width·se, on the steps where both exist
+                    if key not in bands:
+                        panel = next(p for p in self.panels if p.band and p.keys[0] == key)
+                        sx, sy = self.columns.get(panel.band, empty)
+                        bands[key] = band_series(xs, ys, dict(zip(sx, sy)),
+                                                 width=panel.band_width, window=window)
+                    x, lower, upper = bands[key]
+                    trace.x, trace.y = x, lower if role == "lower" else upper
 
     @classmethod
     def from_run_dir(cls, path: str | Path, **kwargs) -> Dashboard:
@@ -324,12 +205,8 @@ class Dashboard(LiveAndStatic):
             names = [e["name"] or e["func"].rsplit(":", 1)[1] if isinstance(e, dict)
                      else e.rsplit(":", 1)[1] for e in entries]
             if names:
-                first, *rest = panels_for(None, records)
-                if (saved.get("data") or {}).get("correct_reward") is None:
-                    first = Panel(first.title, first.keys, band=first.band,
-                                  markers="validation/reward")
-                kwargs["panels"] = (first, *rest, Panel(
-                    "reward components (mean)", tuple(f"train/reward/{n}" for n in names)))
+                correct = (saved.get("data") or {}).get("correct_reward") is not None
+                kwargs["panels"] = task_panels(panels_for(None, records), names, correct)
         return cls(history=records, **kwargs)
 
     # ------------------------------------------------------------------ training
@@ -476,12 +353,16 @@ class Dashboard(LiveAndStatic):
         return go.Figure(self.fig.to_dict())
 
     def last_values(self) -> list[dict[str, Any]]:
+        """Per plotted key: the last defined value, its step, and the min / max (NaN, an
+        undefined point, left out)."""
         rows = []
         for key in self.plotted_keys():
-            if key in self.columns and self.columns[key][1]:
-                xs, ys = self.columns[key]
-                rows.append({"metric": key, "step": xs[-1], "last": ys[-1],
-                             "min": min(ys), "max": max(ys)})
+            xs, ys = self.columns.get(key, ([], []))
+            defined = [(x, y) for x, y in zip(xs, ys) if math.isfinite(y)]
+            if defined:
+                values = [y for _, y in defined]
+                rows.append({"metric": key, "step": defined[-1][0], "last": values[-1],
+                             "min": min(values), "max": max(values)})
         return rows
 
     def static_html(self) -> str:

@@ -8,7 +8,9 @@ and flags groups whose rewards are all equal (zero std: GRPO gives them no learn
 The token view colours every response token by one per-token quantity from
 ``rlnb.engine.token_stats.token_stats``: advantage, probability ratio, KL, entropy, or the
 generation-vs-training log-prob gap (diverging colours around the neutral value, hover for the
-number), or the importance weight exp of that gap (the async loop's stale groups).
+number), or the importance weight exp of that gap (the async loop's stale groups). Full
+colour is the group's largest deviation from the neutral value, but never less than a floor
+per quantity (``SCALE_FLOOR``), so float rounding is not drawn as if it were an effect.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ from rlnb.widgets.static import LiveAndStatic, table_html
 
 NEUTRAL = {"advantage": 0.0, "ratio": 1.0, "kl": 0.0, "entropy": 0.0, "logprob_gap": 0.0,
            "importance_weight": 1.0}
+# The smallest |value - neutral| drawn in full colour. A group is scaled to its own largest
+# deviation, but never below this floor: otherwise float rounding (a fresh batch's importance
+# weights differ from 1 by ~1e-7) would be drawn as saturated as a real effect. Ratios and
+# weights: 5 % from 1 (the clip range is ± 20 %); log gaps: 0.05 nats; advantages: 0.1 (GRPO's
+# are O(1)); per-token KL: 0.01 nats; entropy: 0.1 nats.
+SCALE_FLOOR = {"advantage": 0.1, "ratio": 0.05, "kl": 0.01, "entropy": 0.1,
+               "logprob_gap": 0.05, "importance_weight": 0.05}
 
 
 def group_rows(batch, advantages, group: int) -> list[dict]:
@@ -58,7 +67,9 @@ def token_html(tokenizer, batch, stats, quantity: str, rows: list[int]) -> str:
     mask = batch.token_mask
     neutral = NEUTRAL.get(quantity, 0.0)
     picked = values[rows][mask[rows] > 0]
-    scale = float((picked - neutral).abs().max()) if picked.numel() else 1.0
+    floor = SCALE_FLOOR.get(quantity, 0.0)
+    largest = float((picked - neutral).abs().max()) if picked.numel() else 0.0
+    scale = max(largest, floor) if floor > 0 else (largest or 1.0)
     lines = []
     for r in rows:
         cols = (mask[r] > 0).nonzero().flatten().tolist()
@@ -74,8 +85,10 @@ def token_html(tokenizer, batch, stats, quantity: str, rows: list[int]) -> str:
             )
         lines.append(f"<div style='font-family:monospace;margin:2px 0'><b>[{r}]</b> "
                      f"reward {float(batch.rewards[r]):.2f} │ {''.join(spans)}</div>")
+    floored = (f" (the floor: the largest deviation here is {largest:.2g}, so these tokens stay "
+               f"pale)" if largest < floor else "")
     legend = (f"<div style='font-size:90%'>colour: <b>{quantity}</b>, neutral {neutral:g} "
-              f"(blue below, red above), full colour at ±{scale:.3g}</div>")
+              f"(blue below, red above), full colour at ±{scale:.3g}{floored}</div>")
     return legend + "".join(lines)
 
 

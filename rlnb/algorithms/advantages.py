@@ -37,6 +37,7 @@ from rlnb.algorithms.checks import (
     check_same_rows,
     check_tensor,
 )
+from rlnb.algorithms.kl import kl_in_reward
 from rlnb.config import Config, parse_config
 
 # --------------------------------------------------------------------------- pure functions
@@ -98,6 +99,21 @@ class _KLRewardConfig(Config):
     reference_policy_kl_type: str = "k3"
 
 
+def kl_reward_penalty(loss_config: _KLRewardConfig, logprobs, reference_logprobs,
+                      names: tuple[str, str]) -> torch.Tensor | None:
+    """``[B, S]`` β·KL(π_old ‖ π_ref) per token when ``loss_config`` puts the KL into the reward
+    (``use_kl_in_reward`` and β > 0), else None. A missing log-prob tensor raises, naming it as
+    the caller's keywords ``names`` do (NeMo-RL would silently train without the KL)."""
+    if not (loss_config.use_kl_in_reward and loss_config.reference_policy_kl_penalty > 0):
+        return None
+    if logprobs is None or reference_logprobs is None:
+        raise ValueError(f"use_kl_in_reward=True needs {names[0]} and {names[1]} [B, S] "
+                         "(NeMo-RL would silently train without the KL)")
+    return kl_in_reward(logprobs, reference_logprobs,
+                        reference_policy_kl_penalty=loss_config.reference_policy_kl_penalty,
+                        reference_policy_kl_type=loss_config.reference_policy_kl_type)
+
+
 # ------------------------------------------------------------------------ NeMo-RL-style classes
 
 
@@ -115,6 +131,7 @@ class _Estimator:
     needs_critic = False
     kl_in_reward = False  # True for the estimators that put β·KL into the advantages
     trainable = True  # False: no trainer can feed it yet (OPD's teacher)
+    not_trainable_because = ""  # with trainable = False: what a trainer would have to provide
 
     @classmethod
     def uses_groups(cls, config: AdvEstimatorConfig) -> bool:

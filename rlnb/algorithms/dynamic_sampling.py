@@ -78,11 +78,14 @@ class DynamicSamplingResult:
         metrics: ``dynamic_sampling_num_gen_batches`` always; when complete also
             ``dynamic_sampling_num_discarded_valid_samples``, ``filtered_reward`` (mean of the
             kept rewards) and ``reward`` (mean of ``total_reward[0:train_size]``).
+        cache: when complete, the whole cache ``batch`` was cut from (its rows past
+            ``train_size`` are the discarded valid samples); NeMo-RL's function returns it.
     """
 
     batch: Batch | None
     state: DynamicSamplingState
     metrics: dict[str, float] = field(default_factory=dict)
+    cache: Batch | None = None
 
     @property
     def is_complete(self) -> bool:
@@ -190,4 +193,5 @@ def dynamic_sampling(
     metrics["dynamic_sampling_num_discarded_valid_samples"] = size - train_size
     metrics["filtered_reward"] = train["filtered_reward"].float().mean().item()
     metrics["reward"] = train["total_reward"].float().mean().item()
-    return DynamicSamplingResult(batch=train, state=DynamicSamplingState(), metrics=metrics)
+    return DynamicSamplingResult(batch=train, state=DynamicSamplingState(), metrics=metrics,
+                                 cache=cache)

@@ -82,7 +82,11 @@ def make_estimator(estimator_config: Any, loss_config: Any = None, *, loop: str 
     """The estimator ``estimator_config`` names (a config of ``loop``'s kind, or its dict)."""
     _, config_class, key = LOOPS[loop]
     cfg = parse_config(config_class, estimator_config, key)
-    return estimator_class(cfg.name, loop)(cfg, loss_config)
+    try:
+        cls = estimator_class(cfg.name, loop)
+    except ValueError as err:
+        raise ValueError(f"{key}.name: {err}") from None
+    return cls(cfg, loss_config)
 
 
 def make_advantage_estimator(estimator_config: Any = None, loss_config: Any = None):

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from rlnb.algorithms.advantages import _KLRewardConfig
+from rlnb.algorithms.advantages import _KLRewardConfig, kl_reward_penalty
 from rlnb.algorithms.checks import (
     alias,
     check_finite,
@@ -49,7 +49,6 @@ from rlnb.algorithms.checks import (
     check_same_rows,
     check_tensor,
 )
-from rlnb.algorithms.kl import kl_in_reward
 from rlnb.algorithms.masked import masked_mean, masked_var
 from rlnb.config import Config, parse_config
 
@@ -267,19 +266,9 @@ class GeneralizedAdvantageEstimator(_PPOEstimator):
     def _advantages(self, rewards, mask, values, logprobs, reference):
         if values is None:
             raise ValueError("GAE needs values [B, S] (the right-shifted critic predictions)")
-        c, lc, kl = self.config, self.loss_config, None
-        if lc.use_kl_in_reward and lc.reference_policy_kl_penalty > 0:
-            if logprobs is None or reference is None:
-                raise ValueError(
-                    "use_kl_in_reward=True needs logprobs and reference_logprobs [B, S] "
-                    "(NeMo-RL would silently train without the KL)"
-                )
-            kl = kl_in_reward(
-                logprobs,
-                reference,
-                reference_policy_kl_penalty=lc.reference_policy_kl_penalty,
-                reference_policy_kl_type=lc.reference_policy_kl_type,
-            )
+        c = self.config
+        kl = kl_reward_penalty(self.loss_config, logprobs, reference,
+                               ("logprobs", "reference_logprobs"))
         return gae_advantages(
             rewards,
             values,

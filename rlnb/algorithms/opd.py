@@ -44,7 +44,9 @@ class OnPolicyDistillationAdvantageEstimator(_Estimator):
     ``last_metrics``."""
 
     needs_groups = False
-    trainable = False  # rlnb's trainers have no teacher model yet
+    trainable = False
+    not_trainable_because = ("it needs a teacher model's log-probs, and rlnb's trainers have no "
+                             "teacher model yet")
 
     last_metrics: dict[str, float]
 

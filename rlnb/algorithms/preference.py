@@ -259,10 +259,25 @@ class NLLLoss:
         (detached); ``global_valid_toks`` is then unused.
         """
         input_ids = _require(data, "input_ids", "NLLLoss")
+        logprobs = next_token_logprobs(next_token_logits, input_ids)  # [B, S-1]
+        return self.from_logprobs(logprobs, data, global_valid_seqs, global_valid_toks,
+                                  dpo_loss=dpo_loss, dpo_average_log_probs=dpo_average_log_probs)
+
+    def from_logprobs(
+        self,
+        logprobs: torch.Tensor,
+        data: Mapping[str, Any],
+        global_valid_seqs,
+        global_valid_toks,
+        dpo_loss: bool = False,
+        dpo_average_log_probs: bool = False,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The same loss from the next-token log-probs ``[B, S-1]`` already computed
+        (``data`` then needs token_mask ``[B, S]`` and sample_mask ``[B]`` only)."""
         token_mask = _require(data, "token_mask", "NLLLoss")
         sample_mask = _require(data, "sample_mask", "NLLLoss")
-        logprobs = next_token_logprobs(next_token_logits, input_ids)  # [B, S-1]
-        check_tensor("token_mask", token_mask, shape=tuple(input_ids.shape))
+        check_tensor("logprobs", logprobs, ndim=2, floating=True)
+        check_tensor("token_mask", token_mask, shape=(logprobs.shape[0], logprobs.shape[1] + 1))
         # token_mask index t is token t; logprobs index t is token t+1 (off by one).
         if not dpo_loss:
             return nll_loss(
@@ -325,12 +340,24 @@ class DPOLossFn:
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """``next_token_logits``: ``[B, S, V]``; returns ``dpo_loss``'s ``(loss, metrics)``."""
         input_ids = _require(data, "input_ids", "DPOLossFn")
+        logprobs = next_token_logprobs(next_token_logits, input_ids)  # [B, S-1]
+        return self.from_logprobs(logprobs, data, global_valid_seqs, global_valid_toks)
+
+    def from_logprobs(
+        self,
+        logprobs: torch.Tensor,
+        data: Mapping[str, Any],
+        global_valid_seqs,
+        global_valid_toks=None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The same loss from the next-token log-probs ``[B, S-1]`` already computed."""
         token_mask = _require(data, "token_mask", "DPOLossFn")
         sample_mask = _require(data, "sample_mask", "DPOLossFn")
         ref = _require(data, "reference_policy_logprobs", "DPOLossFn")
-        logprobs = next_token_logprobs(next_token_logits, input_ids)  # [B, S-1]
-        check_tensor("token_mask", token_mask, shape=tuple(input_ids.shape))
-        check_tensor("reference_policy_logprobs", ref, shape=tuple(input_ids.shape))
+        check_tensor("logprobs", logprobs, ndim=2, floating=True)
+        stored = (logprobs.shape[0], logprobs.shape[1] + 1)  # [B, S]
+        check_tensor("token_mask", token_mask, shape=stored)
+        check_tensor("reference_policy_logprobs", ref, shape=stored)
         # Off-by-one trap: ref was rolled left when stored, so [:, :-1] (not [:, 1:]) aligns it.
         return dpo_loss(
             logprobs,

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from rlnb.algorithms.advantages import AdvEstimatorConfig, _Estimator
+from rlnb.algorithms.advantages import AdvEstimatorConfig, _Estimator, kl_reward_penalty
 from rlnb.algorithms.baselines import calculate_baseline_and_std_per_prompt
 from rlnb.algorithms.checks import check_finite, check_mask, check_tensor
-from rlnb.algorithms.kl import kl_in_reward
 
 
 def reinforce_plus_plus_advantages(
@@ -70,19 +69,8 @@ class ReinforcePlusPlusAdvantageEstimator(_Estimator):
         return config.minus_baseline  # the group mean, else every row is its own
 
     def _advantages(self, prompt_ids, rewards, mask, *, policy, reference, **_unused):
-        lc, kl = self.loss_config, None
-        if lc.use_kl_in_reward and lc.reference_policy_kl_penalty > 0:
-            if policy is None or reference is None:
-                raise ValueError(
-                    "use_kl_in_reward=True needs logprobs_policy and logprobs_reference [B, S] "
-                    "(NeMo-RL would silently train without the KL)"
-                )
-            kl = kl_in_reward(
-                policy,
-                reference,
-                reference_policy_kl_penalty=lc.reference_policy_kl_penalty,
-                reference_policy_kl_type=lc.reference_policy_kl_type,
-            )
+        kl = kl_reward_penalty(self.loss_config, policy, reference,
+                               ("logprobs_policy", "logprobs_reference"))
         return reinforce_plus_plus_advantages(
             prompt_ids, rewards, mask, minus_baseline=self.config.minus_baseline, kl_penalty=kl
         )

@@ -102,8 +102,12 @@ def candidate_targets(
     return list(range(weight_version + 1, weight_version + lead + 1))
 
 
-def is_valid_for(weight_version: int, target_weight_version: int, *, max_age_steps: int) -> bool:
-    """Whether a group made with ``weight_version`` may train step ``target_weight_version``."""
+def is_valid_for(weight_version: int, target_weight_version: int, *,
+                 max_age_steps: int | None) -> bool:
+    """Whether a group made with ``weight_version`` may train step ``target_weight_version``
+    (``max_age_steps=None``: no age rule, every group is valid, as in NeMo-RL)."""
+    if max_age_steps is None:
+        return True
     return max(0, target_weight_version - max_age_steps) <= weight_version <= target_weight_version
 
 
@@ -154,7 +158,7 @@ class ReplayBuffer:
         return "success"
 
     def trajectories_needed(
-        self, target_weight_version: int, *, num_prompts_per_step: int, max_age_steps: int
+        self, target_weight_version: int, *, num_prompts_per_step: int, max_age_steps: int | None
     ) -> int:
         """``max(0, P − #{entries meant for t and valid for t})``."""
         have = sum(
@@ -252,12 +256,13 @@ class ReplayBuffer:
         *,
         resume_step: int,
         num_prompts_per_step: int,
-        max_age_steps: int,
+        max_age_steps: int | None,
         drop_incomplete_targets: bool = False,
     ) -> None:
         """Load ``state`` (from ``state_dict``) for resuming training at ``resume_step``.
 
-        Keeps this buffer's ``max_size`` (the current config wins over the checkpoint's).
+        Keeps this buffer's ``max_size`` (the current config wins over the checkpoint's);
+        ``max_age_steps=None`` skips the age rule.
         """
         keys = ("groups", "weight_versions", "target_weight_versions")
         missing = [k for k in keys if k not in state]

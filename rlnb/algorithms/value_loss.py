@@ -129,6 +129,20 @@ def explained_variance(metrics: Mapping[str, Any], *, prefix: str = "") -> float
     return 1.0 - var_residual / var_returns
 
 
+def returns_vary(metrics: Mapping[str, Any], *, prefix: str = "", rtol: float = 1e-5) -> bool:
+    """Whether the returns of a batch vary, so that its explained variance means something.
+
+    False when Var(R) = E[R²] - E[R]² is zero up to float32 rounding (``<= rtol·E[R²]``, with
+    the same aggregated metrics as ``explained_variance``): EV's denominator is then its 1e-8
+    floor, and EV reads exactly 1 when the values do not vary either (1 - 0/1e-8, e.g. a batch
+    of all-wrong answers and a critic still at 0) and far below 0 when they do. Neither says
+    anything about the critic; the dashboard leaves such a step out of the EV panel.
+    """
+    mean_r, mean_sq = float(metrics[prefix + "returns_mean"]), float(
+        metrics[prefix + "returns_sq_mean"])
+    return mean_sq - mean_r**2 > rtol * mean_sq
+
+
 class ValueLossConfig(Config):
     """NeMo-RL's ``value_loss_fn`` section."""
 

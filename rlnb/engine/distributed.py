@@ -8,7 +8,7 @@ Implementation choices:
 3) Prompts are sharded by rank (whole GRPO groups stay on one rank, so per-group baselines need
    no communication); valid-token/sequence counts are summed over ranks *before* the loss, and
    each rank's loss is multiplied by the world size to undo DDP's gradient averaging
-   (docs/algorithms.md#global-normalisation).
+   (docs/algorithms.md#masked-helpers-and-reductions).
 """
 
 from __future__ import annotations

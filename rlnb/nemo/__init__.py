@@ -1,6 +1,13 @@
-"""NeMo-RL's names, for NeMo-RL users: ``rlnb.nemo.grpo`` mirrors ``nemo_rl.algorithms.grpo``.
+"""NeMo-RL's module layout for a NeMo-RL user's code: ``rlnb.nemo.X`` mirrors
+``nemo_rl.algorithms.X`` with NeMo-RL's names, signatures and return values, as thin adapters over
+rlnb's one implementation of each computation.
 
-Each name has NeMo-RL's meaning and drives rlnb's trainer; docs/nemo_rl_names.md maps every one
-to the stage methods it runs. The algorithm names (``GRPOAdvantageEstimator``,
-``ClippedPGLossFn``, ...) are importable from ``rlnb`` itself.
+    from rlnb.nemo.loss_functions import ClippedPGLossFn     # or rlnb.nemo.loss
+    from rlnb.nemo.advantage_estimator import GRPOAdvantageEstimator
+    from rlnb.nemo.grpo import scale_rewards, dynamic_sampling, setup, grpo_train
+
+Modules: ``advantage_estimator``, ``loss`` (and the older ``loss_functions``), ``grpo``, ``ppo``,
+``utils``, ``reward_functions``, ``async_utils.replay_buffer``, ``batched_data_dict``.
+docs/nemo_rl_names.md lists every name, what runs it, and each deliberate difference. NeMo-RL's
+YAML configs load with ``rlnb.load_config`` (``rlnb.run.nemo_config``).
 """

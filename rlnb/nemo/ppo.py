@@ -15,12 +15,16 @@
 |                                  | compute_values -> compute_advantages -> update             |
 |                                  | (``ppo_epochs`` x: critic pass, then policy pass)          |
 | ``validate(...)``                | ``trainer.validate()``                                     |
-| ``dynamic_sampling(...)``        | ``rlnb.algorithms.dynamic_sampling.dynamic_sampling`` (the |
-|                                  | rollout stage runs it when ``ppo.use_dynamic_sampling``)   |
-| ``_create_advantage_estimator``  | ``rlnb.algorithms.estimators.make_ppo_advantage_estimator``|
+| ``dynamic_sampling(...)``        | NeMo-RL's signature over ``rlnb.algorithms.dynamic_sampling``|
+|                                  | (``rlnb.nemo.batch_stages``), reading the ``ppo`` section  |
+| ``_apply_ppo_seq_logprob_error_masking`` | ``rlnb.algorithms.filtering.seq_logprob_error_mask`` |
+| ``_create_advantage_estimator``  | GAE / raw reward of ``rlnb.nemo.advantage_estimator``      |
+| ``_compute_critic_metrics``      | ``critic/*`` from the critic's micro-batch metrics, with   |
+|                                  | ``rlnb.algorithms.value_loss.explained_variance``          |
 
-rlnb keeps NeMo-RL's meaning, not its signatures: ``setup`` returns the parts bundled
-(``PPOSetup``) and the other functions take it.
+rlnb keeps NeMo-RL's meaning, not its signatures, for the loop functions: ``setup`` returns the
+parts bundled (``PPOSetup``) and the others take it. Not here: ``AsyncPPOConfig`` and
+``async_ppo_train`` (rlnb has no asynchronous PPO loop; importing them raises ``ImportError``).
 """
 
 from __future__ import annotations
@@ -28,15 +32,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from rlnb.algorithms.dynamic_sampling import dynamic_sampling
-from rlnb.algorithms.estimators import estimator_names, make_ppo_advantage_estimator
+from rlnb.algorithms.estimators import estimator_names
+from rlnb.algorithms.reduction import combine_metrics
+from rlnb.algorithms.value_loss import explained_variance
 from rlnb.engine.trainers.ppo import PPOConfig
 from rlnb.engine.trainers.ppo import PPOEstimatorConfig as AdvEstimatorConfig
+from rlnb.nemo import advantage_estimator, batch_stages
 from rlnb.nemo.grpo import GRPOSaveState
+from rlnb.nemo.reward_functions import config_value
+from rlnb.run.loggers import LoggerConfig as PPOLoggerConfig
 from rlnb.run.master_config import MasterConfig, load_config
 
-__all__ = ["AdvEstimatorConfig", "MasterConfig", "PPOConfig", "PPOSaveState", "PPOSetup",
-           "_create_advantage_estimator", "dynamic_sampling", "ppo_train", "setup", "validate"]
+__all__ = ["AdvEstimatorConfig", "MasterConfig", "PPOConfig", "PPOLoggerConfig", "PPOSaveState",
+           "PPOSetup", "_apply_ppo_seq_logprob_error_masking", "_compute_critic_metrics",
+           "_create_advantage_estimator",
+           "dynamic_sampling", "ppo_train", "setup", "validate"]
+
+ABSENT = {name: "rlnb has no asynchronous PPO loop (PPO runs synchronously; async GRPO exists)"
+          for name in ("AsyncPPOConfig", "async_ppo_train")}
+
+
+def __getattr__(name: str):
+    if name in ABSENT:
+        raise ImportError(f"rlnb.nemo.ppo has no {name}: {ABSENT[name]} (docs/nemo_rl_names.md)")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class PPOSaveState(GRPOSaveState):
@@ -92,13 +111,63 @@ def validate(parts: PPOSetup, step: int | None = None) -> dict[str, float]:
 def _create_advantage_estimator(master_config: MasterConfig | Mapping):
     """NeMo-RL's ``_create_advantage_estimator``: the ``ppo.adv_estimator`` estimator (GAE or
     the raw reward); a group estimator (GRPO's loop) is a ``ValueError``."""
-    if isinstance(master_config, Mapping):
-        est = dict(master_config["ppo"].get("adv_estimator") or {})
-        loss = master_config.get("loss_fn")
-    else:
-        est, loss = master_config.ppo.adv_estimator.model_dump(), master_config.loss_fn
-    if est.get("name") in estimator_names("grpo"):
-        raise ValueError(f"Invalid adv_estimator name for PPO: {est['name']!r} is a group "
+    est = config_value(batch_stages.section(master_config, "ppo"), "adv_estimator") or {}
+    name = config_value(est, "name", "gae")
+    if name in estimator_names("grpo"):
+        raise ValueError(f"Invalid adv_estimator name for PPO: {name!r} is a group "
                          "estimator (GRPO's loop); PPO supports "
                          f"{', '.join(map(repr, estimator_names('ppo')))}")
-    return make_ppo_advantage_estimator(est, loss)
+    cls = advantage_estimator.with_nemo_signature(name, "ppo")
+    return cls(est, config_value(master_config, "loss_fn"))
+
+
+# --------------------------------------------------------------------------- batch stages
+
+
+def dynamic_sampling(repeated_batch, std, baseline, dynamic_sampling_num_gen_batches,
+                     master_config, timer, batch_cache=None):
+    """NeMo-RL's PPO ``dynamic_sampling``: as ``rlnb.nemo.grpo.dynamic_sampling``, reading the
+    ``ppo`` section; returns ``(batch, is_batch_complete, batch_cache, metrics)``."""
+    return batch_stages.dynamic_sampling("ppo", repeated_batch, std, baseline,
+                                         dynamic_sampling_num_gen_batches, master_config, timer,
+                                         batch_cache)
+
+
+def _apply_ppo_seq_logprob_error_masking(train_data, rewards, seq_logprob_error_threshold):
+    """NeMo-RL's ``_apply_ppo_seq_logprob_error_masking``: ``(advantage_mask [B, S], metrics)``
+    after the optional sequence-level masking (``train_data["sample_mask"]`` replaced); a
+    ``RuntimeError`` when no valid response token is left, as NeMo-RL."""
+    metrics = batch_stages.seq_logprob_error_masking(train_data, rewards,
+                                                     seq_logprob_error_threshold)
+    metrics["num_masked_seqs_by_logprob_error"] = metrics.pop("num_masked_seqs")
+    mask = train_data["token_mask"] * train_data["sample_mask"].unsqueeze(-1)
+    if not bool(mask.bool().any()):
+        raise RuntimeError("PPO has no valid response tokens after filtering: check overlong "
+                           "filtering and ppo.seq_logprob_error_threshold")
+    return mask, metrics
+
+
+# NeMo-RL's per-key rule for the critic's micro-batch metrics: averaged, or min/max, else summed
+_CRITIC_MEANS = ("lr", "wd", "global_valid_seqs", "global_valid_toks", "grad_norm")
+
+
+def _compute_critic_metrics(value_results):
+    """NeMo-RL's ``_compute_critic_metrics``: ``critic/<key>`` of each micro-batch metric list
+    (learning rates and global counts averaged, ``values_min``/``values_max`` their min/max,
+    the rest summed: partial sums over global counts), plus ``critic/grad_norm``,
+    ``critic/loss`` and ``critic/explained_var``."""
+    out = {"critic/grad_norm": float(value_results["grad_norm"]),
+           "critic/loss": float(value_results["loss"])}
+    for key, values in value_results.get("all_mb_metrics", {}).items():
+        listed = values.tolist() if hasattr(values, "tolist") else values
+        if not isinstance(listed, (list, tuple)):
+            if key not in (*_CRITIC_MEANS, "values_min", "values_max"):
+                raise ValueError(f"Unsupported value-model metric: {key} (a list of per-micro-"
+                                 f"batch values, got {type(values).__name__})")
+            listed = [listed]
+        out[f"critic/{key}"] = combine_metrics([{key: v} for v in listed],
+                                               mean_keys=_CRITIC_MEANS)[key]
+    moments = {f"critic/{k}": out.get(f"critic/{k}", 0.0) for k in
+               ("returns_mean", "values_mean", "returns_sq_mean", "residual_sq_mean")}
+    out["critic/explained_var"] = explained_variance(moments, prefix="critic/")
+    return out

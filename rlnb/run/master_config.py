@@ -56,6 +56,7 @@ from rlnb.engine.trainers.ppo import PPOConfig
 from rlnb.engine.trainers.warm_start import SFTConfig
 from rlnb.run.checkpoint import CheckpointingConfig
 from rlnb.run.loggers import LoggerConfig
+from rlnb.run.nemo_config import is_nemo_config, load_nemo_config
 
 
 class ClusterConfig(Config):
@@ -178,9 +179,12 @@ def load_config(
     overrides: Sequence[str] = (),
     *,
     preset: str | None = None,
+    ignore_unsupported: bool = False,
 ) -> MasterConfig:
     """A ``MasterConfig`` from a YAML path, a dict or a config (None: the embedded default),
-    with a preset and dotted overrides laid over it."""
+    with a preset and dotted overrides laid over it. A NeMo-RL config (``grpo_math_1B.yaml``)
+    is translated by ``rlnb.run.nemo_config`` (its overrides use NeMo-RL's keys); the keys
+    rlnb ignores are refused, listed, unless ``ignore_unsupported``."""
     if isinstance(source, MasterConfig) and not overrides and preset is None:
         return source
     if isinstance(source, MasterConfig):
@@ -194,6 +198,10 @@ def load_config(
     else:
         raise ValueError(f"a config is a YAML path, a dict or a MasterConfig, got "
                          f"{type(source).__name__}")
+    if not isinstance(source, MasterConfig) and is_nemo_config(data):
+        data = load_nemo_config(data if isinstance(source, Mapping) else source, overrides,
+                                ignore_unsupported=ignore_unsupported)
+        overrides = ()
     if preset is not None:
         over = read_yaml(preset_path(preset))
         algorithm = _algorithm(data, overrides)

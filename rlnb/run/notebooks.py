@@ -17,6 +17,8 @@ Implementation choices:
    HTML is still exported, and the result names the cell and the exception.
 4) The HTML export drops the saved widget state, so each widget output falls back to the
    text/html or text/plain it carries (rendering the live widget needs scripts from a CDN).
+   Its formulas use a MathJax copied next to it (``mathjax/``, ``rlnb.run.mathjax``), so the
+   page typesets them offline.
 """
 
 from __future__ import annotations
@@ -212,18 +214,23 @@ def notebook_error(path: str | Path) -> str | None:
 
 def export_html(notebook: str | Path, html: str | Path | None = None,
                 title: str | None = None) -> Path:
-    """Export a notebook to standalone HTML, widget outputs as their static fallback (see 4)."""
+    """Export a notebook to standalone HTML, widget outputs as their static fallback (see 4),
+    formulas typeset by a local MathJax written beside it (``rlnb.run.mathjax``: no CDN)."""
     import nbformat
     from nbconvert import HTMLExporter
 
     from rlnb.run.atomic import atomic_write_text
+    from rlnb.run.mathjax import local_mathjax
 
     notebook = Path(notebook)
+    html = Path(html) if html else notebook.with_suffix(".html")
     nb = nbformat.read(notebook, as_version=4)
     nb.metadata.pop("widgets", None)
-    body, _ = HTMLExporter().from_notebook_node(
+    url = local_mathjax(html.parent)
+    exporter = HTMLExporter(mathjax_url=url) if url else HTMLExporter()
+    body, _ = exporter.from_notebook_node(
         nb, resources={"metadata": {"name": title or notebook.stem}})
-    return atomic_write_text(Path(html) if html else notebook.with_suffix(".html"), body)
+    return atomic_write_text(html, body)
 
 
 def _export(notebook: Path, html: Path, title: str) -> Path | None:

@@ -87,7 +87,7 @@ def columns_of(path: Path) -> list[str]:
     return pq.read_schema(path).names
 
 
-def per_step(table) -> list:
+def batches_per_step(table) -> list:
     """``table``'s rows as one record batch per step, in step order."""
     import pyarrow.compute as pc
 

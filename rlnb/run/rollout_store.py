@@ -55,9 +55,9 @@ from rlnb.run.atomic import fsync_dir
 from rlnb.run.rollout_files import (
     OpenChunk,
     batch_steps,
+    batches_per_step,
     columns_of,
     fit_schema,
-    per_step,
     read_stream,
     spans,
     step_batch,
@@ -287,7 +287,7 @@ class RolloutStore:
                 elif steps[-1] > k:
                     table = pq.ParquetFile(path).read()
                     table = table.filter(pc.less_equal(table.column("step"), pa.scalar(k)))
-                    write_parquet(path, per_step(table))
+                    write_parquet(path, batches_per_step(table))
             if self.folder.is_dir():
                 fsync_dir(self.folder)
 
@@ -346,7 +346,7 @@ class RolloutStore:
 
             table = pq.ParquetFile(path).read()
             stream = self.folder / f"_steps_{newest:06d}.arrows"
-            batches = per_step(table)
+            batches = batches_per_step(table)
             size = write_stream(stream, table.schema, batches)
             path.unlink()  # killed before this: both hold the same steps, the Parquet copy wins
             fsync_dir(self.folder)

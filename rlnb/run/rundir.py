@@ -113,7 +113,7 @@ class RunDir:
     # What `rlnb run` / `rlnb launch` put in the folder before the notebook's TrainingRun opens
     # it (papermill saves the executing notebook from the first cell on): a folder holding only
     # these still counts as empty.
-    NOTEBOOK_FILES = ("notebook.ipynb", "notebook.html", "ranks")
+    NOTEBOOK_FILES = ("notebook.ipynb", "notebook.html", "mathjax", "ranks")
 
     def __init__(self, path: str | Path, *, config: Mapping[str, Any] | BaseModel,
                  resume: bool = False, rollout_chunk_steps: int = CHUNK_STEPS):

@@ -72,6 +72,7 @@ class TrainingRun:
         accelerator=None,
         progress: bool = True,
         log=print,
+        ignore_unsupported: bool = False,
         **user_data,
     ):
         """``user_data``: a user's ``reward_funcs``, ``reward_weights``, ``train_dataset`` and
@@ -90,7 +91,9 @@ class TrainingRun:
             raise ValueError(f"cannot resume: {path} is not a run directory (no config.yaml)")
         if resume and config is None and preset is None:
             config = path / RunDir.CONFIG  # the run's own record is its config (choice 4)
-        self.config = with_user_data(load_config(config, overrides, preset=preset), **user_data)
+        self.config = with_user_data(load_config(config, overrides, preset=preset,
+                                                 ignore_unsupported=ignore_unsupported),
+                                     **user_data)
         self.progress, self.log_line = progress, log
         self.dist = Distributed(accelerator)
         expected = self.config.cluster.num_processes

@@ -2,7 +2,7 @@
 
     logprobs[b, t] = log π_θ(x_t | x_<t) / with logits scaled by 1/temperature      [B, S]
 
-Implementation choices (docs/algorithms.md#global-normalisation):
+Implementation choices (docs/algorithms.md#masked-helpers-and-reductions):
 1) Any causal LM by hub id or local path (``policy.model_name``); ``"tiny"`` builds the embedded
    character-level Llama (``tiny.py``). A local path loads offline; a missing path or an
    unreachable hub id fails with the config key in the message.
@@ -64,6 +64,25 @@ class OptimizerConfig(Config):
     betas: tuple[float, float] = Field((0.9, 0.999), description="Adam betas.")
     eps: float = Field(1e-8, gt=0, description="Adam epsilon.")
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in optimizer steps.")
+    warmup_start_factor: float | None = Field(
+        None, gt=0, le=1, description="None: the rate at step s of the warm-up is lr·(s+1)/W. "
+        "A factor f: torch's LinearLR(start_factor=f, end_factor=1), lr·(f + (1-f)·s/W), as "
+        "NeMo-RL's configs schedule it (f = 0.1).")
+
+    @model_validator(mode="after")
+    def _factor_needs_steps(self) -> OptimizerConfig:
+        if self.warmup_start_factor is not None and not self.warmup_steps:
+            raise ValueError("warmup_start_factor needs warmup_steps > 0 (it would be ignored)")
+        return self
+
+    def lr_factor(self, step: int) -> float:
+        """The multiplier of ``lr`` at optimizer step ``step`` (0-based)."""
+        warmup, start = self.warmup_steps, self.warmup_start_factor
+        if not warmup:
+            return 1.0
+        if start is None:
+            return min(1.0, (step + 1) / warmup)
+        return start + (1.0 - start) * min(step, warmup) / warmup
 
 
 class PolicyConfig(Config):
@@ -168,10 +187,7 @@ class Policy:
             betas=opt.betas,
             eps=opt.eps,
         )
-        warmup = opt.warmup_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
-        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, opt.lr_factor)
         self.reference_model = self.make_reference() if need_reference else None
         self.train_model = self.model  # what forward/backward runs through (DDP under accelerate)
         if self.dist.accelerator is not None:

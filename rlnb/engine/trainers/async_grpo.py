@@ -107,7 +107,8 @@ class AsyncGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ stage 1: rollout
     def rollout(self, rows: list[dict[str, Any]] | None = None) -> RolloutBatch:
         """Stage 1: step c's P groups from the replay buffer, with the current policy's
-        log-probs and the async metrics (docs/metrics.md#async-grpo)."""
+        log-probs and the async metrics
+        (docs/metrics.md#async-grpo-loop-metrics-emitted-by-asyncgrpotrainer)."""
         if rows is not None:
             raise ValueError("AsyncGRPOTrainer.rollout() takes step c's groups from the replay "
                              "buffer and no rows (GRPOTrainer.rollout(rows) samples given rows)")

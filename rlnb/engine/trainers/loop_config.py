@@ -100,10 +100,10 @@ class LoopConfig(Config):
         est = self.adv_estimator
         cls = estimator_class(est.name, self.loop)  # a registered name (its field checked it)
         if not cls.trainable:
+            why = getattr(cls, "not_trainable_because", "") or "it needs inputs no trainer gives"
             raise ValueError(
-                f"{key}.adv_estimator.name={est.name!r} cannot be trained by rlnb's loops "
-                f"({cls.__name__} needs inputs no trainer provides yet); it can be called on "
-                "tensors directly")
+                f"{key}.adv_estimator.name={est.name!r} cannot be trained by rlnb's loops: {why}"
+                f"; {cls.__name__} can be called on tensors directly")
         if self.num_generations_per_prompt == 1 and cls.uses_groups(est):
             raise ValueError(
                 f"{key}.num_generations_per_prompt=1 with {key}.adv_estimator.name={est.name!r}:"

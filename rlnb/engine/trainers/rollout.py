@@ -155,11 +155,11 @@ def shaped_rewards(loop, rewards, components, truncated, lengths):
 
 def outcome_metrics(dist, batch: RolloutBatch, signal: bool = True, correct: bool = True
                     ) -> dict[str, float]:
-    """The rewards' mean and spread over ranks (``dist``: the trainer's ``Distributed``), each
-    reward component's mean (``train/reward/<name>``), response lengths by outcome (when the
-    task defines ``correct``) and (``signal``) the fraction of groups with signal, of the batch
-    a step trains on."""
-    out = reward_metrics(dist, batch.rewards)
+    """The rewards' mean, spread and standard error over ranks (``dist``: the trainer's
+    ``Distributed``), each reward component's mean (``train/reward/<name>``), response lengths
+    by outcome (when the task defines ``correct``) and (``signal``) the fraction of groups with
+    signal, of the batch a step trains on."""
+    out = reward_metrics(dist, batch.rewards, batch.group)
     out.update(dist.mean_dict({f"train/reward/{k}": float(v.double().mean())
                                for k, v in batch.reward_components.items()}))
     if correct:
@@ -194,12 +194,28 @@ def length_by_outcome(response_lengths: torch.Tensor, correct: torch.Tensor
     return out
 
 
-def reward_metrics(dist, rewards: torch.Tensor) -> dict[str, float]:
-    """``train/reward`` and ``train/reward_std`` of ``[B]`` raw rewards, over all ranks."""
+def reward_metrics(dist, rewards: torch.Tensor, group: torch.Tensor | None = None
+                   ) -> dict[str, float]:
+    """``train/reward`` and ``train/reward_std`` of ``[B]`` raw rewards, over all ranks, and
+    (given the ``[B]`` group ids) ``train/reward_sem``, the standard error of that mean over
+    prompts: responses to one prompt are not independent draws, the prompts are, and with
+    equal groups the mean reward is the mean of the P group means (no key when P < 2)."""
     r = rewards.double()
-    moments = dist.mean_dict({"r": float(r.mean()), "r2": float((r * r).mean())})
-    return {"train/reward": moments["r"],
-            "train/reward_std": max(moments["r2"] - moments["r"] ** 2, 0.0) ** 0.5}
+    moments = {"r": float(r.mean()), "r2": float((r * r).mean())}
+    num_groups = 0
+    if group is not None:
+        ids, index = group.unique(return_inverse=True)  # [P], [B]
+        means = torch.zeros(len(ids), dtype=r.dtype).index_add_(0, index, r) / torch.bincount(
+            index, minlength=len(ids))  # [P] group means
+        moments.update(g=float(means.mean()), g2=float((means * means).mean()))
+        num_groups = len(ids) * dist.world_size
+    moments = dist.mean_dict(moments)  # every rank holds as many rows and groups
+    out = {"train/reward": moments["r"],
+           "train/reward_std": max(moments["r2"] - moments["r"] ** 2, 0.0) ** 0.5}
+    if num_groups >= 2:  # Bessel: sqrt(var_P(group means) · P/(P-1) / P)
+        out["train/reward_sem"] = (max(moments["g2"] - moments["g"] ** 2, 0.0)
+                                   / (num_groups - 1)) ** 0.5
+    return out
 
 
 def filtered_sample_mask(loop, batch: RolloutBatch, rewards: torch.Tensor

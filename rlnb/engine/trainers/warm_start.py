@@ -96,6 +96,9 @@ WEIGHT_CODE = (
     "rlnb.engine.trainers.warm_start",  # the SFT loop, its batches and its stop rule
     "rlnb.engine.trainers.base",  # builds the policy and the generator, formats prompts
     "rlnb.engine.trainers.rollout",  # sample_and_score: the probe accuracy
+    "rlnb.engine.trainers.loop_config",  # the loop's rules, checked when the trainer is built
+    "rlnb.engine.trainers.grpo",  # the loop the warm start's trainer is
+    "rlnb.engine.timing",  # the probe's stage timers
     "rlnb.engine.models.tiny",  # the embedded model's tokenizer and initial weights
     "rlnb.engine.models.policy",  # model loading, forward_logprobs, sync_reference
     "rlnb.engine.models.generation",  # the generation backends by name

@@ -1,0 +1,175 @@
+# %% [markdown]
+# # Exercise 1 · The leave-one-out baseline and GRPO's advantages
+#
+# GRPO has no value model: the baseline of a response is computed from the *other* responses
+# to the same prompt. You will write that baseline and the advantage built from it, check them
+# against rlnb, run them on a real batch of the tiny model, and predict what the group size
+# does to training before a short real run shows it.
+#
+# Notation (docs/teaching.md has the full sheet): P prompts per step, G responses per prompt
+# (a *group*), B = P·G responses; rewards are laid out `[P, G]` here, one row per prompt.
+
+# %% tags=["parameters"]
+fast = False  # tests: a smaller model, no warm start, 2 training steps per run
+seed = 0  # grpo.seed of the real batch and of the live runs
+run_dir = None  # unused (rlnb run passes it to every notebook)
+
+# %%
+import torch
+
+import rlnb
+from rlnb import teach
+
+# %% [markdown]
+# ## 1. The baseline, leaving one out
+#
+# Response $i$ of a group with rewards $r_1, \dots, r_G$ is compared with the mean of the
+# **others** (RLOO, https://arxiv.org/abs/2402.14740):
+#
+# $$b_i = \frac{1}{G-1}\sum_{j \ne i} r_j, \qquad
+#   \sigma_i = \sqrt{\frac{1}{G-2}\sum_{j \ne i} \big(r_j - b_i\big)^2}$$
+#
+# Why leave $i$ out? With $b_i$ independent of response $i$, $\mathbb E[(r_i - b_i)\,\nabla\log\pi(y_i)]
+# = \mathbb E[r_i\,\nabla\log\pi(y_i)]$: the baseline lowers the variance of the policy gradient
+# without biasing it. A baseline that includes $r_i$ is correlated with $y_i$ and shrinks every
+# advantage by $(G-1)/G$ in expectation.
+#
+# $\sigma_i$ is the Bessel-corrected std of the same $G-1$ others. For $G = 2$ there is only one
+# other reward and its std is undefined: rlnb defines it as 0.
+#
+# **Write** `leave_one_out_baseline(rewards)` for `rewards` of shape `[P, G]`, returning
+# `(baseline, std)`, both `[P, G]`. A loop over `i` is fine.
+
+# %%
+def leave_one_out_baseline(rewards):
+    """rewards [P, G] -> (baseline [P, G], std [P, G]), both over the other G-1 responses."""
+    # BEGIN SOLUTION: the mean and the Bessel std of the other G-1 rewards of each group
+    P, G = rewards.shape
+    baseline = (rewards.sum(dim=1, keepdim=True) - rewards) / (G - 1)
+    std = torch.zeros_like(rewards)
+    if G > 2:
+        for i in range(G):
+            others = torch.cat([rewards[:, :i], rewards[:, i + 1:]], dim=1)  # [P, G-1]
+            std[:, i] = others.std(dim=1)
+    return baseline, std
+    # END SOLUTION
+
+
+teach.check_leave_one_out_baseline(leave_one_out_baseline)
+
+# %% [markdown]
+# ## 2. The advantage
+#
+# $$A_i = \begin{cases} \dfrac{r_i - b_i}{\sigma_i + \varepsilon} & \sigma_i > 0 \\[2mm]
+#   r_i - b_i & \sigma_i = 0 \end{cases} \qquad (\varepsilon = 10^{-6})$$
+#
+# The same $A_i$ goes to every token of response $i$. Where $\sigma_i = 0$ rlnb does not
+# divide: for a response whose others all agree, $(r_i - b_i)/\varepsilon$ would be a million
+# times the difference.
+#
+# **Write** `grpo_advantages(rewards, eps=1e-6)`, `[P, G] -> [P, G]` (use your baseline).
+
+# %%
+def grpo_advantages(rewards, eps=1e-6):
+    """rewards [P, G] -> advantages [P, G] with the leave-one-out baseline and std."""
+    # BEGIN SOLUTION: (r - b) / (σ + eps) where σ > 0, else r - b
+    baseline, std = leave_one_out_baseline(rewards)
+    centred = rewards - baseline
+    return torch.where(std > 0, centred / (std + eps), centred)
+    # END SOLUTION
+
+
+teach.check_grpo_advantages(grpo_advantages)
+
+# %% [markdown]
+# A few groups by hand. Before running the cell: in a group of four with one right answer,
+# which is larger in size, the right answer's advantage or a wrong answer's?
+
+# %%
+examples = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+print("leave-one-out (yours):\n", grpo_advantages(examples))
+group = torch.arange(3).repeat_interleave(4)  # [B]: the prompt of each row
+print("without leave-one-out (rlnb):\n",
+      rlnb.grpo_advantages(group, examples.flatten(), leave_one_out=False).view(3, 4))
+
+# %% [markdown]
+# The lone right answer of `[1, 0, 0, 0]` gets +1 while each wrong answer gets −0.58: the right
+# answer's others all agree (σ = 0), so it keeps the raw difference, while the wrong answers
+# are divided by the std of `[1, 0, 0]`. Leave-one-out with ÷ std mixes two scales in one group
+# (docs/algorithms.md#grpo). Without leave-one-out, GRPO gives ±1.5 and ∓0.5 here
+# (`rlnb.grpo_advantages(..., leave_one_out=False)`): the rarer outcome always weighs more,
+# which Dr. GRPO (https://arxiv.org/abs/2503.20783) argues biases training towards questions
+# that are almost always right or almost always wrong.
+#
+# ## 3. On a real batch
+#
+# One rollout of the warm-started tiny model (16 prompts × 16 answers of 2-digit additions;
+# reward 1 for the right sum). Your advantages against the trainer's own `compute_advantages`:
+
+# %%
+trainer = teach.warm_trainer(seed=seed, fast=fast)
+batch = trainer.rollout()
+P, G = trainer.loop_config.num_prompts_per_step, trainer.loop_config.num_generations_per_prompt
+rewards = batch.rewards.view(P, G)  # rows of the batch are grouped: prompt p is rows p·G..p·G+G-1
+mine = grpo_advantages(rewards).flatten()
+rlnb_adv = trainer.compute_advantages(batch).sequence_advantages()
+print(f"largest difference from the trainer's advantages: {(mine - rlnb_adv).abs().max():.2e}")
+print(f"rewards per group: {rewards.sum(1).int().tolist()} right of {G}")
+print(f"groups whose advantages are all 0 (all right or all wrong): "
+      f"{int((mine.view(P, G).abs().sum(1) == 0).sum())} of {P}")
+
+# %% [markdown]
+# ## 4. Predict, then run: how large should a group be?
+#
+# A step samples B = P·G responses. With the same B = 256, compare 16 prompts × 16 answers
+# (the default) with 128 prompts × 2 answers, for 100 steps from the same warm start.
+# The warm-started model is right about a quarter of the time.
+#
+# **Predict** before running the next cells:
+# 1. `train/groups_with_signal` (the share of groups whose rewards are not all equal) for each
+#    setting. Hint: with accuracy p, a group of G has signal with probability
+#    $1 - p^G - (1-p)^G$.
+# 2. Which reaches the higher held-out accuracy after 100 steps?
+# 3. With G = 2 and leave-one-out, what is the advantage of the right answer of a (1, 0) pair?
+
+# %% [markdown] tags=["student"]
+# *Your predictions:*
+#
+# 1.
+# 2.
+# 3.
+
+# %%
+print(teach.EXPERIMENTS["group_size"].describe())
+result = teach.run_experiment("group_size", seed=seed, fast=fast)
+result.table
+
+# %% [markdown] tags=["solution"]
+# **What happened** (seed 0, measured for docs/teaching.md):
+#
+# | seed | groups with signal, G = 16 / G = 2 | held-out accuracy after 100 steps, G = 16 / G = 2 |
+# |---|---|---|
+# | 0 | 0.85 / 0.33 | 20.5% → 34.0% / 20.5% → 43.0% |
+# | 1 | 0.90 / 0.37 | 26.0% → 44.0% / 26.0% → 53.5% |
+# | 2 | 0.95 / 0.32 | 32.5% → 58.0% / 32.5% → 63.0% |
+#
+# 1. With p about 0.3-0.5 (the training reward), $1 - p^{16} - (1-p)^{16}$ is nearly 1 and
+#    $2p(1-p)$ about 0.45; measured: 0.85-0.95 and 0.32-0.37, lower than the formula because p
+#    is not one number: some prompts the model always gets right or always wrong.
+# 2. G = 2 ended higher on all three seeds (by 5 to 9.5 points), although two thirds of its
+#    pairs carried no signal: it trains on 128 different problems per step instead of 16. We
+#    did not isolate the cause; running 64 × 4 and 32 × 8 would (one line in
+#    `rlnb.teach.EXPERIMENTS`).
+#
+# 3. A (1, 0) pair has σ = 0 for both (each has one other), so rlnb keeps the raw difference:
+#    +1 and −1. Pairs carry signal only when one is right and one is wrong.
+
+# %% [markdown]
+# ## Discussion
+#
+# - Leave-one-out changes the baseline by a factor: show that
+#   $r_i - b_i^{\text{loo}} = \frac{G}{G-1}\,(r_i - \bar r)$. So why do RLOO and GRPO still
+#   differ after dividing by a std?
+# - A group whose rewards are all equal contributes exactly zero gradient. What does that cost
+#   when the model is almost always right? (DAPO's dynamic sampling: docs/algorithms.md.)
+# - Where would the baseline's bias matter more: G = 2 or G = 64?

@@ -1,0 +1,161 @@
+# %% [markdown]
+# # Exercise 4 · KL estimators k1, k2, k3 and their bias
+#
+# A KL penalty keeps the policy near a reference (the warm start). The loss only sees the log-
+# probs of the *sampled* tokens, so it estimates the KL from them. You will write the three
+# estimators in use and the exact KL over a vocabulary, measure each estimator's bias by
+# sampling, and predict what the penalty's strength does in a short real run.
+
+# %% tags=["parameters"]
+fast = False  # tests: a smaller model, no warm start, 2 training steps per run
+seed = 0  # grpo.seed of the live runs, and of the sampling below
+run_dir = None  # unused (rlnb run passes it to every notebook)
+samples = 200_000  # tokens drawn to measure each estimator's bias
+
+# %%
+import pandas as pd
+import torch
+
+from rlnb import teach
+
+# %% [markdown]
+# ## 1. Three estimators
+#
+# For a token $y \sim \pi$ and the log-ratio $\ell = \log\pi_\text{ref}(y) - \log\pi(y)$
+# (Schulman, http://joschu.net/blog/kl-approx.html):
+#
+# $$k_1 = -\ell, \qquad k_2 = \tfrac12\,\ell^2, \qquad k_3 = e^{\ell} - 1 - \ell$$
+#
+# Since $\mathbb E_{y\sim\pi}[e^\ell] = \sum_y \pi_\text{ref}(y) = 1$, both $k_1$ and $k_3$
+# have expectation $\mathrm{KL}(\pi\,\|\,\pi_\text{ref}) = \mathbb E_\pi[-\ell]$: they are
+# **unbiased**. $k_3 \ge 0$ always ($e^x \ge 1 + x$), while $k_1$ is negative whenever the
+# reference likes the token more than $\pi$. $k_2$ is **biased** (it equals the KL only to
+# second order in $\ell$). GRPO and NeMo-RL use $k_3$.
+#
+# **Write** `k1`, `k2`, `k3(logprobs, reference_logprobs)`, each `[B, T] -> [B, T]`.
+
+# %%
+def k1(logprobs, reference_logprobs):
+    # BEGIN SOLUTION: minus the log-ratio log π_ref - log π
+    return logprobs - reference_logprobs
+    # END SOLUTION
+
+
+def k2(logprobs, reference_logprobs):
+    # BEGIN SOLUTION: half the squared log-ratio
+    return (reference_logprobs - logprobs) ** 2 / 2
+    # END SOLUTION
+
+
+def k3(logprobs, reference_logprobs):
+    # BEGIN SOLUTION: e^ℓ - 1 - ℓ with ℓ = log π_ref - log π
+    ell = reference_logprobs - logprobs
+    return torch.exp(ell) - 1 - ell
+    # END SOLUTION
+
+
+teach.check_kl_estimator("k1", k1)
+teach.check_kl_estimator("k2", k2)
+teach.check_kl_estimator("k3", k3)
+
+# %% [markdown]
+# ## 2. The exact KL
+#
+# Over a vocabulary of V tokens with logits $z$ (policy) and $z^\text{ref}$:
+#
+# $$\mathrm{KL}(\pi\,\|\,\pi_\text{ref}) = \sum_{v} \pi(v)\,\big(\log\pi(v) - \log\pi_\text{ref}(v)\big),
+#   \qquad \log\pi = \operatorname{log\_softmax}(z)$$
+#
+# **Write** `exact_kl(logits, reference_logits)`, `[..., V] -> [...]`.
+
+# %%
+def exact_kl(logits, reference_logits):
+    # BEGIN SOLUTION: Σ_v π(v)(log π(v) - log π_ref(v)) with log-softmax of each
+    logp, logq = torch.log_softmax(logits, -1), torch.log_softmax(reference_logits, -1)
+    return (logp.exp() * (logp - logq)).sum(-1)
+    # END SOLUTION
+
+
+teach.check_exact_kl(exact_kl)
+
+# %% [markdown]
+# ## 3. Bias, measured
+#
+# Two distributions over 8 tokens, close (a policy a few steps from its reference) and far.
+# Draw tokens from π, average each estimator, compare with the exact KL. Predict first: which
+# estimator's mean misses the exact KL, and in which direction?
+
+# %%
+generator = torch.Generator().manual_seed(seed)
+reference_logits = torch.randn(8, generator=generator)
+rows = {}
+for name, shift in (("close", 0.3), ("far", 1.5)):
+    logits = reference_logits + shift * torch.randn(8, generator=generator)
+    y = torch.multinomial(torch.softmax(logits, -1), samples, replacement=True,
+                          generator=generator)
+    lp = torch.log_softmax(logits, -1)[y]
+    ref = torch.log_softmax(reference_logits, -1)[y]
+    row = {"exact KL": float(exact_kl(logits, reference_logits))}
+    for est in (k1, k2, k3):
+        k = est(lp, ref)
+        row[f"{est.__name__} mean"] = float(k.mean())
+        row[f"{est.__name__} std"] = float(k.std())
+    row["k1 < 0 (share)"] = float((k1(lp, ref) < 0).float().mean())
+    rows[name] = row
+pd.DataFrame(rows).T
+
+# %% [markdown]
+# With 200 000 samples the standard error of each mean is its std / 447: k1's and k3's means
+# sit within about two standard errors of the exact KL, k2's gap is a bias that more samples
+# would not remove (for the far pair it misses by a third). Compare the stds: for the close
+# pair k3's is about ten times smaller than k1's, and k1 is negative on more than half of the
+# tokens; for the far pair k3's std is the larger one, because $e^\ell$ explodes on tokens
+# the reference likes far more than π does. k3 is the right default for a KL *penalty*, which
+# keeps π near π_ref, the regime where it has low variance.
+#
+# ## 4. Predict, then run: the strength of the penalty
+#
+# Two runs of 100 GRPO steps with the k3 penalty in the loss, β = 0.01 (notebook 01's value)
+# and β = 0.5. `train/kl_penalty` is the mean k3 per token between the policy and the warm
+# start.
+#
+# **Predict** before running:
+# 1. How much smaller is the KL after 100 steps with β = 0.5?
+# 2. Does the stronger penalty cost held-out accuracy in 100 steps?
+
+# %% [markdown] tags=["student"]
+# *Your predictions:*
+#
+# 1.
+# 2.
+
+# %%
+print(teach.EXPERIMENTS["kl_penalty"].describe())
+result = teach.run_experiment("kl_penalty", seed=seed, fast=fast)
+result.table
+
+# %% [markdown] tags=["solution"]
+# **What happened** (seed 0, measured for docs/teaching.md):
+#
+# | seed | KL (mean k3 per token, last 10 steps), β = 0.01 / 0.5 | held-out accuracy after 100 steps |
+# |---|---|---|
+# | 0 | 0.180 / 0.114 | 20.5% → 34.0% / 20.5% → 35.0% |
+# | 1 | 0.229 / 0.131 | 26.0% → 47.5% / 26.0% → 40.0% |
+# | 2 | 0.288 / 0.147 | 32.5% → 57.5% / 32.5% → 45.5% |
+#
+# 1. A penalty 50 times stronger cut the KL by only 37-49 % (0.11-0.15 against 0.18-0.29):
+#    the policy-gradient term still pulls away from the warm start, and near the reference the
+#    KL term's gradient is small (∂k3/∂log π = e^ℓ − 1 ≈ ℓ for small ℓ), so it pushes back
+#    little until the policy has moved.
+# 2. It cost 7.5 and 12 points of held-out accuracy on seeds 1 and 2, and nothing on seed 0:
+#    the KL penalty trades reward for staying near the reference, which is what it is for
+#    (against reward hacking and forgetting), not something that helps on this task.
+
+# %% [markdown]
+# ## Discussion
+#
+# - In the loss, the tokens were sampled by π_old but the KL is taken for π_θ. Which of the
+#   estimators stays unbiased then, and what does `use_on_policy_kl_approximation` fix?
+# - rlnb clamps ℓ to ±20 and the estimate to ±10 (`calculate_kl`). Which estimator would
+#   overflow without the clamp, and for which tokens?
+# - The gradient of k3 in the loss is not the gradient of the KL. Write both for one token.

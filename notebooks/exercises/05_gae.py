@@ -1,0 +1,122 @@
+# %% [markdown]
+# # Exercise 5 · Generalised advantage estimation (PPO with a value model)
+#
+# PPO learns a critic $V$ and turns the reward at the end of a response into an advantage for
+# every token. You will write GAE with its masking, see how λ spreads the credit along a
+# response, and predict how λ changes a short real PPO run while the critic is still young.
+
+# %% tags=["parameters"]
+fast = False  # tests: a smaller model, no warm start, 2 training steps per run
+seed = 0  # ppo.seed of the live runs
+run_dir = None  # unused (rlnb run passes it to every notebook)
+
+# %%
+import pandas as pd
+import torch
+
+from rlnb import teach
+
+# %% [markdown]
+# ## 1. The recursion
+#
+# A response's reward $r$ arrives at its last valid token: $R_t = r$ there and 0 elsewhere.
+# $V_t$ is the critic's value of the state *before* token $t$. With discount γ and λ
+# (https://arxiv.org/abs/1506.02438):
+#
+# $$\delta_t = R_t + \gamma V_{t+1} - V_t, \qquad A_t = \delta_t + \gamma\lambda\,A_{t+1},
+#   \qquad \text{returns}_t = A_t + V_t$$
+#
+# computed right to left. Masking: positions with mask 0 are skipped (neither $V_{t+1}$ nor
+# $A_{t+1}$ moves across them: an environment turn between two responses is not the end of the
+# episode), and past the last valid token $V_{t+1} = A_{t+1} = 0$ (the episode is over;
+# right-padding holds no state). λ = 0 gives the one-step TD error $\delta_t$ (all from the
+# critic); λ = 1 gives $\sum_l \gamma^l R_{t+l} - V_t$ (the Monte Carlo return minus $V_t$).
+#
+# **Write** `gae(rewards, values, mask, *, gamma, lam)`: `rewards [B]`, `values` and `mask`
+# `[B, T]`, returning `(advantages, returns)`, both `[B, T]` and 0 where the mask is 0.
+
+# %%
+def gae(rewards, values, mask, *, gamma=1.0, lam=0.95):
+    """Raw GAE advantages and returns, [B, T] each, zero where mask is 0."""
+    # BEGIN SOLUTION: the reward at the last valid token, then the recursion right to left
+    B, T = values.shape
+    advantages = torch.zeros_like(values)
+    for b in range(B):
+        valid = mask[b].nonzero().flatten().tolist()
+        next_value, next_advantage = 0.0, 0.0
+        for t in reversed(valid):
+            reward = rewards[b] if t == valid[-1] else 0.0
+            delta = reward + gamma * next_value - values[b, t]
+            advantages[b, t] = delta + gamma * lam * next_advantage
+            next_value, next_advantage = values[b, t], advantages[b, t]
+    return advantages, (advantages + values) * mask
+    # END SOLUTION
+
+
+teach.check_gae(gae)
+
+# %% [markdown]
+# ## 2. Where λ puts the credit
+#
+# One response of 5 tokens with reward 1 and a critic that already values the state 0.6 from
+# the third token on. Predict first: with λ = 0, which tokens get a non-zero advantage?
+
+# %%
+values = torch.tensor([[0.2, 0.3, 0.6, 0.6, 0.6]])
+mask = torch.ones_like(values)
+table = {f"λ = {lam}": gae(torch.tensor([1.0]), values, mask, gamma=1.0, lam=lam)[0][0].tolist()
+         for lam in (0.0, 0.5, 0.95, 1.0)}
+pd.DataFrame(table, index=[f"token {t}" for t in range(5)]).T.round(3)
+
+# %% [markdown]
+# ## 3. Predict, then run
+#
+# Two PPO runs of 60 steps (`configs/ppo_tiny.yaml`: a critic warm-up, then the policy) from the
+# same warm start, with λ = 1 and λ = 0. The critic starts from the policy's weights with a new
+# value head.
+#
+# **Predict** before running:
+# 1. Which run's held-out accuracy rises more in 60 steps?
+# 2. Which has the better critic (`critic/explained_var`, 1 = perfect, 0 = no better than the
+#    mean return)?
+
+# %% [markdown] tags=["student"]
+# *Your predictions:*
+#
+# 1.
+# 2.
+
+# %%
+print(teach.EXPERIMENTS["gae_lambda"].describe())
+result = teach.run_experiment("gae_lambda", seed=seed, fast=fast)
+result.table
+
+# %% [markdown] tags=["solution"]
+# **What happened** (seed 0, measured for docs/teaching.md):
+#
+# | seed | held-out accuracy after 60 steps, λ = 1 / λ = 0 | critic explained variance (last 10 steps) |
+# |---|---|---|
+# | 0 | 20.5% → 24.5% / 20.5% → 0.0% | 0.10 / 0.39 |
+# | 1 | 26.0% → 30.5% / 26.0% → 0.0% | 0.00 / −0.42 |
+# | 2 | 32.5% → 36.5% / 32.5% → 1.0% | 0.01 / 0.07 |
+#
+# 1. λ = 1 gained 4-4.5 points; **λ = 0 destroyed the policy on every seed** (accuracy 0-1 %,
+#    training reward about 0 by the end). With λ = 0 each token's advantage is
+#    $\delta_t = R_t + V_{t+1} - V_t$: everywhere but the last token it is the critic's
+#    difference alone, and a critic that has just started learning (explained variance near 0)
+#    gives noise; rlnb then whitens the advantages over the batch (`normalize_advantages`), so
+#    that noise becomes a full-size push, which PPO follows. λ = 1 uses the real
+#    return minus $V_t$: a noisy baseline, but the reward's signal reaches every token.
+# 2. The critic's explained variance says little here: 0-0.1 for λ = 1, and for λ = 0 it
+#    swings (0.39 on seed 0) because once every answer is wrong the returns are all 0 and easy to
+#    fit. A critic that scores well on a collapsed policy is no sign of health.
+#    This is why PPO for LLMs uses λ near 1 for the policy (VAPO's decoupled λ: docs/algorithms.md).
+
+# %% [markdown]
+# ## Discussion
+#
+# - Why is the value past the last token 0 and not the critic's value at the padding?
+# - rlnb whitens the advantages over the batch's valid tokens after GAE. Does whitening change
+#   which tokens are pushed up and which down?
+# - GRPO needs no critic. What does PPO's per-token advantage give that GRPO's per-response one
+#   cannot, and when would that matter?

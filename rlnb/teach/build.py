@@ -1,0 +1,287 @@
+"""Build the student and solution notebooks of every exercise from one source each.
+
+    rlnb teach build OUT [--source DIR]     (or: python -m rlnb.teach.build OUT)
+      OUT/student/NN_name.ipynb    stubs in place of the solutions, no solution cell
+      OUT/solution/NN_name.ipynb   the complete exercise
+
+A source is a Python file in the percent format (``notebooks/exercises/NN_name.py``; editors
+and jupytext read it as a notebook): ``# %%`` starts a code cell, ``# %% [markdown]`` a
+markdown cell whose lines start with ``#``, and ``tags=["..."]`` after either tags it.
+
+    # BEGIN SOLUTION: the leave-one-out mean and std   (inside a code cell)
+    ...                                                 the solution
+    # END SOLUTION
+
+becomes, in the student copy, ``raise NotImplementedError("implement this: the leave-one-out
+mean and std")`` at the same indentation. A cell tagged ``solution`` appears only in the
+solution copy (answers to the "predict, then run" questions), one tagged ``student`` only in
+the student copy (space for a prediction). Both copies are written without outputs, with the
+``parameters`` cell papermill needs.
+
+Implementation choices:
+1) Plain JSON (nbformat 4.5) written here, so building needs no Jupyter package; cell ids are
+   derived from the cell's position, so a build is the same bytes every time.
+2) Every malformed source (a BEGIN without END, an unknown tag, no parameters cell, no
+   ``fast`` parameter) is refused with its file and line before anything is written.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MARKER = re.compile(r"^# %%(?P<markdown> \[markdown\])?(?: tags=(?P<tags>\[.*\]))?\s*$")
+BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION(?::\s*(?P<hint>.*\S))?\s*$")
+END = re.compile(r"^\s*# END SOLUTION\s*$")
+TAGS = {"parameters", "solution", "student"}
+STUB = "raise NotImplementedError({message})"
+
+
+@dataclass
+class Cell:
+    kind: str  # "code" or "markdown"
+    lines: list[str]
+    tags: list[str] = field(default_factory=list)
+    line: int = 0  # where it starts in the source (1-based), for messages
+
+
+@dataclass
+class Exercise:
+    """A parsed source: its cells, and the solution blocks as (first line, lines)."""
+
+    path: Path
+    cells: list[Cell]
+
+    @property
+    def solutions(self) -> list[list[str]]:
+        """The body of every solution block (what the student copy must not contain)."""
+        blocks = []
+        for cell in self.cells:
+            if cell.kind != "code":
+                continue
+            if "solution" in cell.tags:
+                blocks.append(cell.lines)
+                continue
+            inside: list[str] | None = None
+            for text in cell.lines:
+                if BEGIN.match(text):
+                    inside = []
+                elif END.match(text) and inside is not None:
+                    blocks.append(inside)
+                    inside = None
+                elif inside is not None:
+                    inside.append(text)
+        return blocks
+
+
+def default_source() -> Path:
+    """``notebooks/exercises`` of the rlnb checkout this package runs from."""
+    return Path(__file__).resolve().parents[2] / "notebooks" / "exercises"
+
+
+def parse(path: Path) -> Exercise:
+    """Read a percent-format source into cells, checking its markers (choice 2)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    cells: list[Cell] = []
+    for number, text in enumerate(lines, 1):
+        marker = MARKER.match(text)
+        if text.startswith("# %%") and marker is None:
+            raise ValueError(f"{path}:{number}: a cell marker is '# %%' or '# %% [markdown]', "
+                             f"optionally followed by tags=[\"...\"]; got {text!r}")
+        if marker is not None:
+            tags = _tags(path, number, marker.group("tags"))
+            kind = "markdown" if marker.group("markdown") else "code"
+            cells.append(Cell(kind, [], tags, number))
+        elif cells:
+            cells[-1].lines.append(text)
+        elif text.strip():
+            raise ValueError(f"{path}:{number}: text before the first '# %%' cell marker")
+    for cell in cells:
+        while cell.lines and not cell.lines[-1].strip():
+            cell.lines.pop()
+        while cell.lines and not cell.lines[0].strip():
+            cell.lines.pop(0)
+        if cell.kind == "markdown":
+            cell.lines = [_uncomment(path, cell, t) for t in cell.lines]
+        else:
+            _check_blocks(path, cell)
+    _check_parameters(path, cells)
+    if not cells or cells[0].kind != "markdown" or not cells[0].lines[0].startswith("# "):
+        raise ValueError(f"{path}: the first cell must be a markdown title ('# %% [markdown]' "
+                         "then '# # NN · Title')")
+    return Exercise(path, cells)
+
+
+def _tags(path: Path, number: int, text: str | None) -> list[str]:
+    if text is None:
+        return []
+    try:
+        tags = json.loads(text)
+    except json.JSONDecodeError:
+        raise ValueError(f"{path}:{number}: tags must be a JSON list of strings, got {text}") \
+            from None
+    unknown = [t for t in tags if t not in TAGS]
+    if not isinstance(tags, list) or unknown:
+        raise ValueError(f"{path}:{number}: unknown tag {unknown[:1]}; tags are {sorted(TAGS)}")
+    return tags
+
+
+def _uncomment(path: Path, cell: Cell, text: str) -> str:
+    if text == "#":
+        return ""
+    if not text.startswith("# "):
+        raise ValueError(f"{path}: markdown cell at line {cell.line}: every line starts with "
+                         f"'# ' (or is '#'), got {text!r}")
+    return text[2:]
+
+
+def _check_blocks(path: Path, cell: Cell) -> None:
+    open_at = None
+    for offset, text in enumerate(cell.lines):
+        where = f"{path}: code cell at line {cell.line}"
+        if BEGIN.match(text):
+            if open_at is not None:
+                raise ValueError(f"{where}: a BEGIN SOLUTION inside another one")
+            if not BEGIN.match(text).group("hint"):
+                raise ValueError(f"{where}: '# BEGIN SOLUTION' needs a hint: '# BEGIN "
+                                 "SOLUTION: what to implement' (the stub's message)")
+            open_at = offset
+        elif END.match(text):
+            if open_at is None:
+                raise ValueError(f"{where}: an END SOLUTION without a BEGIN SOLUTION")
+            open_at = None
+    if open_at is not None:
+        raise ValueError(f"{path}: code cell at line {cell.line}: a BEGIN SOLUTION without "
+                         "an END SOLUTION")
+
+
+def _check_parameters(path: Path, cells: list[Cell]) -> None:
+    tagged = [c for c in cells if "parameters" in c.tags]
+    if len(tagged) != 1 or tagged[0].kind != "code":
+        raise ValueError(f"{path}: needs exactly one code cell tagged parameters, found "
+                         f"{len(tagged)}")
+    tree = ast.parse("\n".join(tagged[0].lines))
+    names = {t.id for node in tree.body if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name)}
+    if "fast" not in names:
+        raise ValueError(f"{path}: the parameters cell (line {tagged[0].line}) must define "
+                         "fast (the tests run every exercise with fast=True)")
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def student_lines(cell: Cell) -> list[str]:
+    """A code cell's lines with every solution block replaced by its stub."""
+    out, inside = [], False
+    for text in cell.lines:
+        begin = BEGIN.match(text)
+        if begin:
+            message = json.dumps(f"implement this: {begin.group('hint')}", ensure_ascii=False)
+            out.append(begin.group("indent") + STUB.format(message=message))  # a valid literal
+            inside = True
+        elif END.match(text):
+            inside = False
+        elif not inside:
+            out.append(text)
+    return out
+
+
+def _solution_lines(cell: Cell) -> list[str]:
+    return [t for t in cell.lines if not BEGIN.match(t) and not END.match(t)]
+
+
+def notebook(exercise: Exercise, *, student: bool) -> dict:
+    """The nbformat 4.5 notebook of one copy."""
+    cells = []
+    for cell in exercise.cells:
+        if ("solution" in cell.tags and student) or ("student" in cell.tags and not student):
+            continue
+        tags = [t for t in cell.tags if t == "parameters"]
+        if cell.kind == "markdown":
+            source = cell.lines
+        else:
+            source = student_lines(cell) if student else _solution_lines(cell)
+        entry = {"cell_type": cell.kind, "id": f"{cell.kind}-{len(cells)}",
+                 "metadata": {"tags": tags} if tags else {},
+                 "source": "\n".join(source)}
+        if cell.kind == "code":
+            entry.update(execution_count=None, outputs=[])
+        cells.append(entry)
+    return {
+        "cells": cells,
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
+                           "name": "python3"},
+            "language_info": {"name": "python"},
+            "rlnb": {"copy": "student" if student else "solution",
+                     "source": exercise.path.name},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def sources(source: str | Path | None = None) -> list[Path]:
+    """The exercise sources (``NN_name.py``) in ``source`` (default ``default_source()``)."""
+    folder = Path(source) if source is not None else default_source()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no exercise sources at {folder}: give --source DIR (the "
+                                "notebooks/exercises folder of an rlnb checkout)")
+    found = sorted(p for p in folder.glob("[0-9][0-9]_*.py"))
+    if not found:
+        raise FileNotFoundError(f"no exercise sources (NN_name.py) in {folder}")
+    return found
+
+
+def build(out: str | Path, source: str | Path | None = None) -> list[Path]:
+    """Write ``out/student/*.ipynb`` and ``out/solution/*.ipynb``; returns the paths written.
+    Every source is parsed (and checked) before anything is written."""
+    exercises = [parse(p) for p in sources(source)]
+    out = Path(out)
+    written = []
+    for copy in ("student", "solution"):
+        folder = out / copy
+        folder.mkdir(parents=True, exist_ok=True)
+        for ex in exercises:
+            path = folder / f"{ex.path.stem}.ipynb"
+            text = json.dumps(notebook(ex, student=copy == "student"), indent=1,
+                              ensure_ascii=False)
+            path.write_text(text + "\n", encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m rlnb.teach.build",
+                                     description="Build the exercises' student and solution "
+                                                 "notebooks.")
+    parser.add_argument("out", help="output folder (gets student/ and solution/)")
+    parser.add_argument("--source", default=None, help="the exercise sources (default: "
+                        "notebooks/exercises of this checkout)")
+    args = parser.parse_args(argv)
+    return run_build(args.out, args.source, prog="python -m rlnb.teach.build")
+
+
+def run_build(out, source, *, prog: str) -> int:
+    """The command: build, print what was written; a bad source exits 2 with one line."""
+    try:
+        written = build(out, source)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 2
+    n = len(written) // 2
+    print(f"{prog}: {n} exercises\n"
+          f"  student copies   {Path(out) / 'student'}  (stubs; hand these out)\n"
+          f"  solution copies  {Path(out) / 'solution'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Exercise 5's check: generalised advantage estimation per token, and the returns.
+
+    R_t = r at the row's last valid token, else 0
+    δ_t = R_t + γ·V_next - V_t,     A_t = δ_t + γλ·A_next,     returns_t = A_t + V_t
+
+right to left over the valid tokens: a masked position advances neither V_next nor A_next,
+and past the last valid token both are 0 (the episode ended). The reference is
+``rlnb.gae_advantages(..., normalize_advantages=False)`` (raw advantages, zero where the mask
+is 0), with the returns masked too (rlnb leaves them unmasked; the loss masks them).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlnb.algorithms.gae import gae_advantages
+from rlnb.teach.check import Case, Exercise, Mistake, check
+
+
+def reference_gae(rewards, values, mask, *, gamma=1.0, lam=0.95):
+    """rlnb's raw GAE advantages and returns ``[B, T]`` each, zero where ``mask`` is 0."""
+    adv, returns = gae_advantages(rewards, values, mask, gae_gamma=gamma, gae_lambda=lam,
+                                  normalize_advantages=False)
+    return adv, returns * mask
+
+
+def _variant(*, reward_at="last_valid", direction="right_to_left", trace="gamma_lambda",
+             delta="gamma", padding="terminal", gaps="carry", returns="a_plus_v"):
+    """A wrong GAE: each keyword names what the mistake changes (defaults are right)."""
+
+    def gae(rewards, values, mask, *, gamma=1.0, lam=0.95):
+        B, T = values.shape
+        token_rewards = torch.zeros_like(values)
+        for b in range(B):
+            valid = mask[b].nonzero().flatten()
+            if len(valid):
+                t_r = int(valid[-1]) if reward_at == "last_valid" else T - 1
+                token_rewards[b, t_r] = rewards[b]
+        adv = torch.zeros_like(values)
+        for b in range(B):
+            next_v = next_a = 0.0
+            steps = range(T - 1, -1, -1) if direction == "right_to_left" else range(T)
+            last = int(mask[b].nonzero().flatten()[-1]) if mask[b].any() else -1
+            if padding == "bootstrap" and 0 <= last < T - 1:
+                next_v = float(values[b, last + 1])  # the padding's value, not 0
+            for t in steps:
+                if mask[b, t] == 0:
+                    if gaps == "reset" and t < last:
+                        next_v = next_a = 0.0
+                    continue
+                d = token_rewards[b, t] + (gamma if delta == "gamma" else gamma * lam) * next_v \
+                    - values[b, t]
+                a = d + (gamma * lam if trace == "gamma_lambda" else lam) * next_a
+                adv[b, t] = a
+                next_v, next_a = float(values[b, t]), float(a)
+        if returns == "a_plus_v":
+            ret = (adv + values) * mask
+        else:  # the discounted reward-to-go (λ = 1 returns), whatever λ
+            ret = reference_gae(rewards, values, mask, gamma=gamma, lam=1.0)[1]
+        return adv, ret
+
+    return gae
+
+
+MISTAKES = [
+    Mistake("reward_at_last_position", "putting the reward at the last position T-1 instead "
+            "of the row's last valid token (padding follows short rows)",
+            _variant(reward_at="end")),
+    Mistake("left_to_right", "running the recursion left to right: A_t needs A_{t+1}, so it "
+            "must run from the end backwards", _variant(direction="left_to_right")),
+    Mistake("lambda_without_gamma", "A_t = δ_t + λ·A_{t+1} (the γ in γλ is missing)",
+            _variant(trace="lambda")),
+    Mistake("gamma_lambda_in_delta", "δ_t = R_t + γλ·V_{t+1} - V_t (λ belongs in the "
+            "accumulation, not in δ)", _variant(delta="gamma_lambda")),
+    Mistake("bootstrap_from_padding", "bootstrapping the last valid token from the padding's "
+            "value: past the end of the response V_next is 0 (the episode is over)",
+            _variant(padding="bootstrap")),
+    Mistake("reset_at_gap", "resetting V_next and A_next at a masked position inside the row "
+            "(an environment turn between two responses is not the end of the episode: skip "
+            "it and carry both across)", _variant(gaps="reset")),
+    Mistake("monte_carlo_returns", "the Monte Carlo reward-to-go (the λ = 1 return) instead "
+            "of A_t + V_t", _variant(returns="reward_to_go")),
+]
+
+
+def _t(rows) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+CASES = [
+    Case("γ = λ = 1, full rows", {"rewards": _t([1.0, 0.0]),
+                                  "values": _t([[0.5, 0.6, 0.7], [0.2, 0.1, 0.4]]),
+                                  "mask": _t([[1, 1, 1], [1, 1, 1]]), "gamma": 1.0, "lam": 1.0},
+         "no padding, no discount"),
+    Case("γ = 0.9, λ = 0.8, padding", {"rewards": _t([1.0, -1.0, 0.5]),
+                                       "values": _t([[0.5, 0.3, 0.9, 0.8],
+                                                     [0.1, 0.2, 0.3, 0.4],
+                                                     [0.6, 0.7, 0.2, 0.3]]),
+                                       "mask": _t([[1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 1, 0]]),
+                                       "gamma": 0.9, "lam": 0.8},
+         "rows of 2, 4 and 3 tokens, right-padded"),
+    Case("multi-turn gap", {"rewards": _t([2.0]), "values": _t([[0.3, 0.4, 0.9, 0.9, 0.5, 0.6]]),
+                            "mask": _t([[1, 1, 0, 0, 1, 1]]), "gamma": 0.95, "lam": 0.9},
+         "tokens 2-3 are an environment turn (masked) between two responses"),
+]
+
+GAE = Exercise(
+    function="gae",
+    reference_name="rlnb.gae_advantages",
+    reference=reference_gae,
+    cases=CASES,
+    mistakes=MISTAKES,
+    outputs=("advantages", "returns"),
+    positional=3,
+)
+
+
+def check_gae(fn) -> None:
+    """Check ``fn(rewards [B], values [B, T], mask [B, T], *, gamma, lam)`` returning
+    ``(advantages, returns)``, both ``[B, T]`` and 0 where ``mask`` is 0."""
+    check(GAE, fn)
