@@ -4,7 +4,6 @@ batch whose returns do not vary is a gap, and the token view does not magnify ro
 
 import math
 import re
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,7 +22,7 @@ from rlnb.widgets import Dashboard  # noqa: E402
 from rlnb.widgets.inspector import token_html  # noqa: E402
 from rlnb.widgets.panels import PPO_PANELS, band_series, rolling_mean  # noqa: E402
 
-SINGLE = SimpleNamespace(dist=Distributed())  # what reward_metrics reads of a trainer
+SINGLE = Distributed()  # one process: what reward_metrics reduces over
 
 
 def test_reward_sem_is_the_standard_error_over_prompts_by_hand():
