@@ -11,7 +11,12 @@ import torch
 from tiny_config import TINY, with_rewards
 
 from rlnb.cli import main
-from rlnb.engine.models.lora import adapters_disabled, base_state_dict, merged_state_dict
+from rlnb.engine.models.lora import (
+    adapters_disabled,
+    base_state_dict,
+    merged_state_dict,
+    save_merged,
+)
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama, save_tiny
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.engine.trainers.warm_start import warm_start_key
@@ -91,7 +96,7 @@ def test_the_reference_is_the_base_model_with_no_second_copy():
     expected = t2.policy.logprobs(batch.input_ids, batch.attention_mask)
     assert torch.equal(ref, expected)
     assert not torch.equal(mine, ref)  # the adapters do change the policy
-    assert t.policy.reference_model is None and t.policy.has_reference
+    assert t.policy.reference_model is None and t.policy.lora
     del t2, plain
     gc.collect()
     models = [o for o in gc.get_objects() if type(o) is LlamaForCausalLM]
@@ -131,7 +136,7 @@ def test_save_merged_reloads_with_from_pretrained_and_gives_the_same_logits(tmp_
     t = trainer()
     for _ in range(2):
         t.step()
-    path = t.policy.save_merged(tmp_path / "merged")
+    path = save_merged(t.policy, tmp_path / "merged")  # one call
     loaded = AutoModelForCausalLM.from_pretrained(path)
     assert not any("lora" in k or "base_layer" in k for k in loaded.state_dict())
     tok = AutoTokenizer.from_pretrained(path)

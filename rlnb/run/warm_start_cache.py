@@ -17,7 +17,7 @@ Implementation choices:
    entry (a truncated file, missing tensors) is reported and rebuilt, never half-loaded.
 4) Tied embeddings share storage: each tensor is saved once and fills every name it backs.
 5) A LoRA policy's entry is its base weights under the plain model's names
-   (``Policy.base_weights``): the warm start trains the base with the adapters off, so runs with
+   (``lora.base_state_dict``): the warm start trains the base with the adapters off, so runs with
    and without adapters share entries.
 """
 
@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from rlnb.engine.models.lora import base_state_dict
 from rlnb.engine.trainers.warm_start import SFTConfig, build_stamp, warm_start, warm_start_key
 from rlnb.run.atomic import atomic_dir
 
@@ -102,7 +103,7 @@ def _load(path: Path, policy) -> None:
         saved = load_file(path / "model.safetensors")
     except SafetensorError as err:
         raise ValueError(f"corrupt: {err}") from None
-    target = policy.base_weights()
+    target = base_state_dict(policy.model)
     by_storage: dict[int, str] = {}
     for name, t in target.items():  # tied names: any saved one of a storage fills them all
         if name in saved:
@@ -126,7 +127,7 @@ def _save(path: Path, policy, info: dict) -> None:
 
     with atomic_dir(path) as tmp:
         seen, unique = set(), {}
-        for k, v in policy.base_weights().items():  # choice 4
+        for k, v in base_state_dict(policy.model).items():  # choice 4
             if v.data_ptr() not in seen:
                 seen.add(v.data_ptr())
                 unique[k] = v.detach().cpu().contiguous()

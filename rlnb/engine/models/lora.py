@@ -95,6 +95,16 @@ class LoraConfig(Config):
         """α / r, the factor on ``B A``."""
         return self.alpha / self.dim
 
+    def qlora(self, dtype: torch.dtype) -> dict:
+        """``from_pretrained`` keyword arguments for the base model: with ``quantize``, its
+        linear layers in 4-bit NF4 computing in ``dtype`` (refused where bitsandbytes cannot
+        run, choice 7); none otherwise."""
+        if self.quantize is None:
+            return {}
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        check_quantization(device)
+        return quantization_kwargs(dtype)
+
 
 # --------------------------------------------------------------------------- building
 def tuner_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
@@ -148,9 +158,11 @@ def peft_config(cfg: LoraConfig):
 
 
 def add_adapters(model: torch.nn.Module, cfg: LoraConfig, *, seed: int = 0) -> torch.nn.Module:
-    """Inject LoRA adapters into ``model`` in place (choice 1) and freeze everything else;
-    returns ``model``. A target the model lacks, or a module peft cannot adapt, is a
-    ValueError naming ``policy.lora``."""
+    """Inject LoRA adapters into ``model`` in place (choice 1) and freeze everything else, when
+    ``cfg.enabled``; returns ``model``. A target the model lacks, or a module peft cannot adapt,
+    is a ValueError naming ``policy.lora``."""
+    if not cfg.enabled:
+        return model
     try:
         from peft import inject_adapter_in_model
     except ImportError as err:  # a dependency of rlnb: only a broken install lacks it
@@ -198,21 +210,23 @@ def adapters_disabled(model: torch.nn.Module):
 
 @contextlib.contextmanager
 def base_training(model: torch.nn.Module):
-    """Adapters off and the base weights trainable (the warm start, choice 4); yields the base
-    parameters in module order, the order a model without adapters lists them in."""
+    """Adapters (if any) off and every base weight trainable (the warm start, choice 4); yields
+    the base parameters in module order, the order a model without adapters lists them in.
+    Afterwards each parameter trains as before, and the base holds no gradient."""
     adapters = {id(t) for t in adapter_state(model).values()}
     base = [p for p in model.parameters() if id(p) not in adapters]
+    trains = [p.requires_grad for p in base]
     with adapters_disabled(model):
         for p in base:
             p.requires_grad_(True)
         try:
             yield base
         finally:
-            for p in base:
+            for p, flag in zip(base, trains):
                 # trap: the last step's gradients would stay, and the RL optimizer (which zeroes
                 # only the adapters) would clip the adapters' gradients by their norm
                 p.grad = None
-                p.requires_grad_(False)
+                p.requires_grad_(flag)
 
 
 # --------------------------------------------------------------------------- names and weights
@@ -328,9 +342,15 @@ def saved_base_fingerprint(folder: str | Path) -> str | None:
         return (handle.metadata() or {}).get(BASE_FINGERPRINT)
 
 
-def save_merged(model: torch.nn.Module, path: str | Path, tokenizer=None) -> Path:
+def save_merged(model, path: str | Path, tokenizer=None) -> Path:
     """A plain model folder for ``from_pretrained``: the merged weights (choice 6), the base
-    model's config and, if given, the tokenizer."""
+    model's config and the tokenizer. ``model`` is a policy (its tokenizer comes along) or a
+    model (then pass ``tokenizer``); one without adapters is saved as it is.
+
+        save_merged(trainer.policy, "merged/")   # AutoModelForCausalLM.from_pretrained("merged/")
+    """
+    if hasattr(model, "tokenizer") and hasattr(model, "model"):  # a Policy
+        model, tokenizer = model.model, tokenizer or model.tokenizer
     path = Path(path)
     from transformers.utils import logging as hf_logging
 

@@ -17,14 +17,13 @@ Implementation choices (docs/algorithms.md#global-normalisation):
    full global batch's. Metrics are combined as NeMo-RL does: summed over micro-batches (``*_min`` /
    ``*_max`` by min / max), then averaged over global batches.
 5) AdamW with linear warm-up then constant learning rate; gradient-norm clipping.
-6) The reference policy is a frozen copy, made only when the KL penalty needs one; with LoRA
-   adapters (``policy.lora``, ``lora.py``) it is the same module with the adapters off, and only
-   the adapters train.
+6) The reference policy is a frozen copy, made only when the KL penalty needs one. With LoRA
+   adapters (``policy.lora``, ``lora.py``) only they train, and the reference is the same module
+   with the adapters off.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 from collections.abc import Callable
@@ -39,7 +38,7 @@ from rlnb.algorithms.reduction import combine_metrics, global_valid_counts, sum_
 from rlnb.config import Config
 from rlnb.engine.distributed import Distributed
 from rlnb.engine.models.generation import GenerationConfig
-from rlnb.engine.models.lora import LoraConfig
+from rlnb.engine.models.lora import LoraConfig, adapters_disabled, add_adapters, has_adapters
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
 
 
@@ -102,10 +101,6 @@ class PolicyConfig(Config):
                 f"max_total_sequence_length ({self.max_total_sequence_length}) must exceed "
                 f"generation.max_new_tokens ({self.generation.max_new_tokens}): prompts get the "
                 "difference")
-        if self.lora.quantize is not None and self.model_name == "tiny":
-            raise ValueError("lora.quantize=4bit loads a hub or local model's linear layers in "
-                             "4 bits; the embedded tiny model is built in memory (save it with "
-                             "rlnb.engine.models.tiny.save_tiny and name its folder)")
         return self
 
 
@@ -124,22 +119,16 @@ def load_model_and_tokenizer(cfg: PolicyConfig, seed: int = 0):
             max_position_embeddings=max(256, cfg.max_total_sequence_length),
             seed=seed,
         )
-        return model.to(dtype), tokenizer
+        return add_adapters(model.to(dtype), cfg.lora, seed=seed), tokenizer  # (if enabled)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     name = cfg.model_name
     looks_local = name.startswith((".", "/", "~")) or Path(name).expanduser().exists()
     if looks_local and not Path(name).expanduser().is_dir():
         raise ValueError(f"policy.model_name: no model folder at {name!r}")
-    quantized = {}
-    if cfg.lora.quantize is not None:  # QLoRA: refused before loading if it cannot run here
-        from rlnb.engine.models.lora import check_quantization, quantization_kwargs
-
-        check_quantization(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-        quantized = quantization_kwargs(dtype)
     try:
         tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer_name or name)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **quantized)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **cfg.lora.qlora(dtype))
     except (OSError, ValueError) as err:
         raise ValueError(
             f"policy.model_name: cannot load {name!r} ({type(err).__name__}: {err}). A hub id "
@@ -149,7 +138,7 @@ def load_model_and_tokenizer(cfg: PolicyConfig, seed: int = 0):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token  # decoder-only models often ship without one
     tokenizer.padding_side = "left"
-    return model, tokenizer
+    return add_adapters(model, cfg.lora, seed=seed), tokenizer
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -172,20 +161,13 @@ class Policy:
     ):
         self.config = cfg
         self.dist = dist or Distributed()
-        lora = getattr(cfg, "lora", None)  # (the critic's config has no lora section)
-        self.uses_lora = model is None and lora is not None and lora.enabled
         if model is None:
             model, tokenizer = load_model_and_tokenizer(cfg, seed=seed)
-        if self.uses_lora:
-            from rlnb.engine.models.lora import add_adapters
-
-            model = add_adapters(model, lora, seed=seed)
         self.model, self.tokenizer = model, tokenizer
+        self.lora = has_adapters(model)  # LoRA adapters: then only they train (lora.py)
         opt = cfg.optimizer
         self.optimizer = torch.optim.AdamW(
-            # LoRA: the adapters alone have gradients and optimizer state
-            [p for p in model.parameters() if p.requires_grad] if self.uses_lora
-            else self.model.parameters(),
+            (p for p in model.parameters() if p.requires_grad),  # LoRA: the adapters alone
             lr=opt.lr,
             weight_decay=opt.weight_decay,
             betas=opt.betas,
@@ -195,9 +177,8 @@ class Policy:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
         )
-        # LoRA: the reference is the model with its adapters off, never a copy (lora.py)
-        self.reference_model = (self.make_reference() if need_reference and not self.uses_lora
-                                else None)
+        # LoRA: the reference is the model with its adapters off, never a copy
+        self.reference_model = None if self.lora or not need_reference else self.make_reference()
         self.train_model = self.model  # what forward/backward runs through (DDP under accelerate)
         if self.dist.accelerator is not None:
             self.train_model, self.optimizer = self.dist.accelerator.prepare(
@@ -206,62 +187,8 @@ class Policy:
             if self.reference_model is not None:  # prepare moved the policy, not the copy
                 self.reference_model.to(self.device)
 
-    @property
-    def has_reference(self) -> bool:
-        """Whether ``logprobs(..., reference=True)`` can be computed."""
-        return self.uses_lora or self.reference_model is not None
-
-    @contextlib.contextmanager
-    def reference(self):
-        """The module that computes the reference policy, within the block: the frozen copy, or
-        the policy's own module with its LoRA adapters off."""
-        if self.uses_lora:
-            from rlnb.engine.models.lora import adapters_disabled
-
-            with adapters_disabled(self.model):
-                yield self.model
-        elif self.reference_model is None:
-            raise ValueError(
-                "no reference model: the KL penalty is off (reference_policy_kl_penalty=0)")
-        else:
-            yield self.reference_model
-
-    @contextlib.contextmanager
-    def full_weights(self):
-        """Within the block every base weight trains and the adapters (if any) are off; yields
-        the parameters to train. The warm start trains the base model this way."""
-        if not self.uses_lora:
-            yield list(self.model.parameters())
-            return
-        from rlnb.engine.models.lora import base_training
-
-        with base_training(self.model) as params:
-            yield params
-
-    def base_weights(self) -> dict[str, torch.Tensor]:
-        """The weights under the model's own Hugging Face names: with LoRA adapters their base
-        (what the warm start trains and its cache holds), else ``state_dict()``."""
-        if self.uses_lora:
-            from rlnb.engine.models.lora import base_state_dict
-
-            return base_state_dict(self.model)
-        return self.model.state_dict()
-
-    def save_merged(self, path, *, tokenizer: bool = True):
-        """A model folder ``from_pretrained`` loads: the weights with LoRA adapters merged in
-        (``lora.save_merged``), or the model's own; with the tokenizer unless told not to."""
-        from rlnb.engine.models.lora import save_merged
-
-        if self.uses_lora:
-            return save_merged(self.model, path, self.tokenizer if tokenizer else None)
-        self.model.save_pretrained(path)
-        if tokenizer:
-            self.tokenizer.save_pretrained(path)
-        return Path(path)
-
     def sync_reference(self) -> None:
-        """Make the reference (if there is one) a copy of the current weights again (with LoRA
-        adapters the reference is the base, which only the warm start trains: nothing to do)."""
+        """Make the reference (if there is one) a copy of the current weights again."""
         if self.reference_model is not None:
             self.reference_model.load_state_dict(self.model.state_dict())
 
@@ -304,20 +231,27 @@ class Policy:
     def logprobs(self, input_ids, attention_mask, reference: bool = False) -> torch.Tensor:
         """Per-token log-probs of ``input_ids [B, S]`` under the policy (or the reference)."""
         self.check_tokens(input_ids)
-        with self.reference() if reference else contextlib.nullcontext(self.model) as model:
-            was_training = model.training
-            model.eval()
-            chunks = []
-            n = self.config.logprob_batch_size
-            for i in range(0, input_ids.shape[0], n):
-                chunks.append(
-                    self.forward_logprobs(
-                        model,
-                        input_ids[i : i + n].to(self.device),
-                        attention_mask[i : i + n].to(self.device),
-                    ).cpu()
-                )
-            model.train(was_training)
+        if reference and self.lora:  # the reference: the base, the adapters off
+            with adapters_disabled(self.model):
+                return self.logprobs(input_ids, attention_mask)
+        model = self.reference_model if reference else self.model
+        if model is None:
+            raise ValueError(
+                "no reference model: the KL penalty is off (reference_policy_kl_penalty=0)"
+            )
+        was_training = model.training
+        model.eval()
+        chunks = []
+        n = self.config.logprob_batch_size
+        for i in range(0, input_ids.shape[0], n):
+            chunks.append(
+                self.forward_logprobs(
+                    model,
+                    input_ids[i : i + n].to(self.device),
+                    attention_mask[i : i + n].to(self.device),
+                ).cpu()
+            )
+        model.train(was_training)
         return torch.cat(chunks)
 
     def optimizer_step(

@@ -44,6 +44,7 @@ from pydantic import Field
 from rlnb.algorithms.preference import nll_loss
 from rlnb.config import Config
 from rlnb.engine.models.backend import tokenize_prompts
+from rlnb.engine.models.lora import base_training
 from rlnb.engine.trainers.rollout import sample_and_score
 
 
@@ -193,8 +194,8 @@ def sampled_accuracy(trainer, rows: list[dict]) -> float:
 def warm_start(trainer, cfg: SFTConfig, *, progress: bool = False, log=print) -> dict:
     """Run the supervised warm start on ``trainer.policy`` (choice 3: on its own random state).
     Returns ``{"steps", "final_loss", "probe_accuracy", "seconds"}``."""
-    # a LoRA policy trains its base weights here, adapters off (policy.full_weights)
-    with torch.random.fork_rng(devices=[]), trainer.policy.full_weights() as params:
+    # a LoRA policy trains its base weights here, its adapters off (lora.base_training)
+    with torch.random.fork_rng(devices=[]), base_training(trainer.policy.model) as params:
         torch.manual_seed(trainer.loop_config.seed)
         return _warm_start(trainer, cfg, params, progress=progress, log=log)
 
