@@ -96,6 +96,8 @@ TRAIN_ROWS = [
      "policy.lora.exclude_modules: LlamaForCausalLM has no module 'mlpp' (did you mean 'mlp'"),
     (["policy.lora.enabled=true", "policy.lora.match_all_linear=false",
       "policy.lora.target_modules=[input_layernorm]"], "peft cannot add LoRA adapters"),
+    (["policy.lora.enabled=true", "policy.lora.match_all_linear=false",
+      "policy.lora.target_modules=[embed_tokens]"], "rlnb adapts linear layers"),
     (["policy.lora.enabled=true", "policy.lora.target_modules=[q_proj]"],
      "set match_all_linear: false"),
     (["policy.lora.enabled=true", "policy.lora.quantize=4bit"], "lora.quantize=4bit"),

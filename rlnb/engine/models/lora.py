@@ -131,6 +131,11 @@ def _leaf_names(model: torch.nn.Module) -> dict[str, str]:
     return out
 
 
+def _first(model: torch.nn.Module, leaf: str) -> str:
+    """The full name of the first submodule whose name ends in ``leaf``."""
+    return next(n for n, _ in model.named_modules() if n.rsplit(".", 1)[-1] == leaf)
+
+
 def check_targets(model: torch.nn.Module, cfg: LoraConfig) -> None:
     """Every name in ``target_modules`` / ``exclude_modules`` must name a module of ``model``:
     a ValueError lists the close names and the model's linear layers otherwise."""
@@ -145,16 +150,23 @@ def check_targets(model: torch.nn.Module, cfg: LoraConfig) -> None:
                 raise ValueError(
                     f"policy.lora.{key}: {type(model).__name__} has no module {name!r}{hint}; "
                     f"its linear layers: {', '.join(linear) or 'none'}")
+    for name in cfg.target_modules:  # peft adapts embeddings too; rlnb's merge and files do not
+        if isinstance(model.get_submodule(_first(model, name)), torch.nn.Embedding):
+            raise ValueError(f"policy.lora.target_modules: rlnb adapts linear layers; {name!r} "
+                             f"is an embedding (its linear layers: {', '.join(linear)})")
 
 
-def peft_config(cfg: LoraConfig):
-    """The ``peft.LoraConfig`` for ``policy.lora``."""
+def peft_config(cfg: LoraConfig, model: torch.nn.Module):
+    """The ``peft.LoraConfig`` for ``policy.lora`` on ``model`` (GPT-2-style ``Conv1D`` layers
+    store their weight transposed: peft's ``fan_in_fan_out``)."""
     from peft import LoraConfig as PeftLoraConfig
 
+    transposed = any(type(m).__name__ == "Conv1D" for m in model.modules())
     return PeftLoraConfig(
         r=cfg.dim, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, bias="none",
         target_modules="all-linear" if cfg.match_all_linear else list(cfg.target_modules),
-        exclude_modules=list(cfg.exclude_modules) or None, task_type="CAUSAL_LM")
+        exclude_modules=list(cfg.exclude_modules) or None, fan_in_fan_out=transposed,
+        task_type="CAUSAL_LM")
 
 
 def add_adapters(model: torch.nn.Module, cfg: LoraConfig, *, seed: int = 0) -> torch.nn.Module:
@@ -172,14 +184,19 @@ def add_adapters(model: torch.nn.Module, cfg: LoraConfig, *, seed: int = 0) -> t
     with torch.random.fork_rng(devices=[]):  # choice 2
         torch.manual_seed(seed + A_SEED_OFFSET)
         try:
-            inject_adapter_in_model(peft_config(cfg), model, adapter_name=ADAPTER)
+            inject_adapter_in_model(peft_config(cfg, model), model, adapter_name=ADAPTER)
         except (ValueError, TypeError, RuntimeError, NotImplementedError) as err:
             first = (str(err).strip().splitlines() or [""])[0]
             raise ValueError(f"policy.lora: peft cannot add LoRA adapters to "
                              f"{type(model).__name__} ({type(err).__name__}: {first})") from None
-    if not has_adapters(model):
+    layers = tuner_layers(model)
+    if not layers:
         raise ValueError(f"policy.lora: no module of {type(model).__name__} was adapted "
                          "(match_all_linear found no linear layer besides the output layer)")
+    for name, layer in layers:  # (check_targets refuses what it can before peft is called)
+        if ADAPTER not in layer.lora_A:
+            raise ValueError(f"policy.lora: rlnb adapts linear layers; {name} is a "
+                             f"{type(layer.get_base_layer()).__name__}")
     adapters = {id(t) for t in adapter_state(model).values()}
     for p in model.parameters():
         p.requires_grad_(id(p) in adapters)
