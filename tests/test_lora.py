@@ -337,7 +337,26 @@ def test_ppo_with_lora_gets_a_plain_critic_from_the_merged_policy():
     assert all(torch.equal(v, base_state_dict(t.policy.model)[k]) for k, v in base0.items())
 
 
+def bitsandbytes_problem() -> str | None:
+    """Why QLoRA cannot run here (None: it can)."""
+    from rlnb.engine.models.lora import check_quantization
+
+    try:
+        check_quantization(torch.device("cpu"))
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def saved_model(folder):
+    tok = build_char_tokenizer()
+    save_tiny(build_tiny_llama(len(tok), hidden_size=32, num_hidden_layers=1), tok, folder)
+    return folder
+
+
 def test_qlora_is_refused_where_bitsandbytes_cannot_run(tmp_path, capsys):
+    if bitsandbytes_problem() is None:
+        pytest.skip("bitsandbytes runs 4-bit kernels here: nothing to refuse")
     tok = build_char_tokenizer()
     save_tiny(build_tiny_llama(len(tok), hidden_size=32, num_hidden_layers=1), tok,
               tmp_path / "model")
@@ -358,3 +377,37 @@ def test_adapters_disabled_restores_what_trains():
     with adapters_disabled(model):
         assert not any(p.requires_grad for p in model.parameters())
     assert [n for n, p in model.named_parameters() if p.requires_grad] == list(adapter_params(model))
+
+
+@pytest.mark.skipif(bitsandbytes_problem() is not None,
+                    reason="bitsandbytes is not installed or has no 4-bit kernels here")
+def test_qlora_trains_adapters_on_a_4bit_base_and_merges_it_unpacked(tmp_path):
+    """QLoRA where bitsandbytes runs (its 0.50 build has CPU kernels): only the adapters train,
+    the packed base stays, the reference is the 4-bit base, and the merged model is plain."""
+    import bitsandbytes.functional as bnb_functional
+    from transformers import AutoModelForCausalLM
+
+    folder = saved_model(tmp_path / "model")
+    t = trainer(f"policy.model_name={folder}", "policy.lora.quantize=4bit")
+    model = t.policy.model
+    q = model.model.layers[0].self_attn.q_proj
+    assert type(q.base_layer).__name__ == "Linear4bit" and q.base_layer.weight.dtype == torch.uint8
+    assert sum(p.requires_grad for p in model.parameters()) == 14
+    packed0 = {k: v.clone() for k, v in base_state_dict(model).items()}
+    for _ in range(2):
+        t.step()
+    assert all(torch.equal(v, base_state_dict(model)[k]) for k, v in packed0.items())
+    assert float(q.lora_B["default"].weight.detach().abs().sum()) > 0
+    merged = merged_state_dict(model)
+    assert not any(".weight." in k for k in merged)  # no absmax / quant_map left
+    W = bnb_functional.dequantize_4bit(q.base_layer.weight.data, q.base_layer.weight.quant_state)
+    by_hand = W + 4.0 * (q.lora_B["default"].weight @ q.lora_A["default"].weight)
+    torch.testing.assert_close(merged["model.layers.0.self_attn.q_proj.weight"],
+                               by_hand.detach(), rtol=0, atol=1e-6)
+    path = save_merged(t.policy, tmp_path / "merged")
+    loaded = AutoModelForCausalLM.from_pretrained(path)
+    assert loaded.model.layers[0].self_attn.q_proj.weight.dtype == torch.float32
+    ids = torch.tensor([[2, 20, 21, 22, 23]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
+                                   rtol=1e-4, atol=1e-4)

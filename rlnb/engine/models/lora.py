@@ -26,7 +26,8 @@ Implementation choices:
    own names (``merged_state_dict``), leaving the training module untouched: what vLLM's refit
    loads and what ``save_merged`` writes for ``from_pretrained``.
 7) QLoRA (``quantize: 4bit``) loads a hub or local model's linear layers in 4-bit NF4 through
-   ``bitsandbytes`` when the installed build runs on the device, and is refused otherwise.
+   ``bitsandbytes`` when the installed build runs on the device, and is refused otherwise;
+   merged weights unpack them.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class LoraConfig(Config):
         True, description="Adapt every linear layer except the output layer (NeMo-RL's default).")
     quantize: Literal["4bit"] | None = Field(
         None, description="QLoRA: load the base model's linear layers in 4-bit NF4 "
-        "(bitsandbytes, a CUDA GPU; a hub or local model, with sft.enabled: false).")
+        "(bitsandbytes; a hub or local model, with sft.enabled: false).")
 
     @field_validator("target_modules", "exclude_modules")
     @classmethod
@@ -271,27 +272,32 @@ def base_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {_plain_name(k): v.detach() for k, v in state.items() if id(v) not in adapters}
 
 
-def _base_weight(layer: torch.nn.Module) -> torch.Tensor:
-    base = layer.get_base_layer()
-    if base.weight.dtype == torch.uint8:  # a 4-bit base (QLoRA): unpack it first
-        from peft.utils.integrations import dequantize_module_weight
-
-        return dequantize_module_weight(base)
-    return base.weight
+def is_4bit(module: torch.nn.Module) -> bool:
+    """Whether ``module``'s weight is packed 4-bit (bitsandbytes keeps its quantization state
+    on the weight)."""
+    return getattr(getattr(module, "weight", None), "quant_state", None) is not None
 
 
 @torch.no_grad()
 def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """``W + (α / r) B A`` for every adapted layer and the other weights as they are, under the
     plain model's names (choice 6); the model is not changed. The sum is taken in float32 and
-    stored in the weight's dtype."""
+    stored in the weight's dtype. A 4-bit base (QLoRA) is unpacked: each 4-bit layer gives its
+    weight dequantized (in the dtype it was loaded in) and none of its quantization state."""
     state = base_state_dict(model)
+    for name, module in model.named_modules():
+        if is_4bit(module):
+            import bitsandbytes.functional as bnb_functional
+
+            plain = name.removesuffix(".base_layer").replace(".base_layer.", ".")
+            for key in [k for k in state if k.startswith(plain + ".weight.")]:
+                del state[key]  # absmax, quant_map, ...: the packed weight's state
+            state[plain + ".weight"] = bnb_functional.dequantize_4bit(
+                module.weight.data, module.weight.quant_state)
     for module_name, layer in tuner_layers(model):
-        weight = _base_weight(layer)
+        weight = state[f"{module_name}.weight"]
         delta = layer.get_delta_weight(ADAPTER)  # (α / r) B A, transposed for Conv1D layers
-        merged = weight.float() + delta.float()
-        state[f"{module_name}.weight"] = merged.to(delta.dtype if weight.dtype == torch.uint8
-                                                   else weight.dtype)
+        state[f"{module_name}.weight"] = (weight.float() + delta.float()).to(weight.dtype)
     return state
 
 
@@ -303,7 +309,7 @@ def merged_copy(module: torch.nn.Module) -> torch.nn.Module:
     out = copy.deepcopy(module)
     for name, layer in tuner_layers(out):
         base = layer.get_base_layer()
-        if base.weight.dtype == torch.uint8:
+        if is_4bit(base):
             raise ValueError("policy.lora.quantize=4bit: a 4-bit layer cannot be copied into a "
                              "trainable module")
         merged = base.weight.float() + layer.get_delta_weight(ADAPTER).float()
@@ -374,13 +380,36 @@ def save_merged(model, path: str | Path, tokenizer=None) -> Path:
     was = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        model.save_pretrained(path, state_dict=merged_state_dict(model))
+        if getattr(model, "hf_quantizer", None) is None:
+            model.save_pretrained(path, state_dict=merged_state_dict(model))
+        else:  # transformers saves a quantized model's own packed state: write the plain one
+            _save_unquantized(model, path)
     finally:
         if was:
             hf_logging.enable_progress_bar()
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
     return path
+
+
+def _save_unquantized(model: torch.nn.Module, path: Path) -> None:
+    """A 4-bit (QLoRA) model's merged weights with its config less the quantization settings."""
+    from safetensors.torch import save_file
+
+    state, seen = {}, set()
+    for name, t in merged_state_dict(model).items():  # tied names: one tensor, the first name
+        if (t.device, t.data_ptr()) not in seen:
+            seen.add((t.device, t.data_ptr()))
+            state[name] = t.detach().cpu().contiguous()
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.dtype = str(next(iter(state.values())).dtype).removeprefix("torch.")
+    config.architectures = [type(model).__name__]
+    path.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(path)
+    model.generation_config.save_pretrained(path)
+    save_file(state, path / "model.safetensors", metadata={"format": "pt"})
 
 
 # --------------------------------------------------------------------------- QLoRA
@@ -392,7 +421,7 @@ def check_quantization(device: torch.device) -> None:
     except Exception as err:  # ImportError, or a build that fails on import without its GPU
         raise ValueError(
             f"policy.lora.quantize=4bit needs bitsandbytes ({type(err).__name__}: {err}); "
-            "install it (pip install bitsandbytes) on a machine with a CUDA GPU") from None
+            "install it (pip install bitsandbytes), or set policy.lora.quantize: null") from None
     try:
         x = torch.randn(64, 64, device=device, dtype=torch.bfloat16)
         packed, state = bnb_functional.quantize_4bit(x, quant_type="nf4")
@@ -401,8 +430,8 @@ def check_quantization(device: torch.device) -> None:
         first = (str(err).strip().splitlines() or [""])[0]
         raise ValueError(
             f"policy.lora.quantize=4bit: the installed bitsandbytes has no 4-bit kernels for "
-            f"the {device.type} device ({type(err).__name__}: {first}); QLoRA needs a CUDA GPU "
-            "(or set policy.lora.quantize: null)") from None
+            f"the {device.type} device ({type(err).__name__}: {first}); set "
+            "policy.lora.quantize: null") from None
 
 
 def quantization_kwargs(precision: torch.dtype) -> dict:
@@ -412,4 +441,5 @@ def quantization_kwargs(precision: torch.dtype) -> dict:
 
     return {"quantization_config": BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-        bnb_4bit_compute_dtype=precision), "device_map": {"": torch.cuda.current_device()}}
+        bnb_4bit_compute_dtype=precision),
+        "device_map": {"": torch.cuda.current_device() if torch.cuda.is_available() else "cpu"}}
