@@ -9,7 +9,9 @@ alpha 32, every linear layer but the output one). Both take the same GRPO steps 
 the reference policy is part of the picture: ``full`` keeps a frozen copy of the model, ``lora``
 computes it with the adapters off. No warm start, no validation.
 
-Per variant it prints: trainable / total parameters, the optimizer's state (Adam's two moments and
+Per variant it prints: trainable / total parameters, the model state training holds
+besides activations (weights + gradients + optimizer state + reference copy, in bytes of the
+tensors), the optimizer's state (Adam's two moments and
 its step counters, bytes of every tensor in ``optimizer.state``), the reference copy, the
 checkpoint on disk (``model/`` plus ``optimizer.pt``, written by ``rlnb.run.checkpoint``), the
 median and min seconds of ``trainer.step()`` and of its update stage
@@ -86,7 +88,11 @@ def worker(spec: dict) -> dict:
         model_bytes = sum(f.stat().st_size for f in (path / "model").iterdir())
         opt_bytes = (path / "optimizer.pt").stat().st_size
     params = list(policy.model.parameters())
-    return {"steps": steps, "updates": updates, "rss_built": rss_built, "peak": peak,
+    # what training holds besides activations: weights, gradients, optimizer state, reference
+    model_state = (nbytes(params) + nbytes(p.grad for p in params if p.grad is not None)
+                   + opt_state + reference)
+    return {"model_state": model_state, "steps": steps, "updates": updates,
+            "rss_built": rss_built, "peak": peak,
             "total": sum(p.numel() for p in params),
             "trainable": sum(p.numel() for p in params if p.requires_grad),
             "opt_state": opt_state, "reference": reference, "ckpt_model": model_bytes,
@@ -148,7 +154,8 @@ def main() -> None:
                 spec = {"overrides": [*SIZES[size], *BASE, *VARIANTS[v]], "steps": args.steps,
                         "threads": args.threads}
                 runs[v].append(run_worker(spec, f"{v} (round {rnd + 1})"))
-        print(f"  {'variant':<8}{'trainable':>12}{'total':>12}{'optim MiB':>11}{'ref MiB':>9}"
+        print(f"  {'variant':<8}{'trainable':>12}{'total':>12}{'state MiB':>11}{'optim MiB':>11}"
+              f"{'ref MiB':>9}"
               f"{'ckpt MiB':>10}{'step med s':>12}{'step min s':>12}{'update med s':>14}"
               f"{'peak RSS MiB':>14}")
         stats = {}
@@ -160,14 +167,17 @@ def main() -> None:
                              "upd": statistics.median(updates),
                              "peak": statistics.median(x["peak"] for x in rs),
                              "ckpt": r["ckpt_model"] + r["ckpt_opt"]}
-            print(f"  {v:<8}{r['trainable']:>12,}{r['total']:>12,}{mib(r['opt_state']):>11}"
+            print(f"  {v:<8}{r['trainable']:>12,}{r['total']:>12,}{mib(r['model_state']):>11}"
+                  f"{mib(r['opt_state']):>11}"
                   f"{mib(r['reference']):>9}{mib(st['ckpt']):>10}{st['med']:>12.3f}"
                   f"{st['min']:>12.3f}{st['upd']:>14.3f}{st['peak']:>14.0f}")
         f, lo = stats["full"], stats["lora"]
-        print(f"  lora / full: step {lo['med'] / f['med']:.2f}x (min/min "
+        state = runs["lora"][0]["model_state"] / runs["full"][0]["model_state"]
+        print(f"  lora / full: model state {state:.3f}x, step {lo['med'] / f['med']:.2f}x (min/min "
               f"{lo['min'] / f['min']:.2f}x), update {lo['upd'] / f['upd']:.2f}x, peak RSS "
               f"{lo['peak'] / f['peak']:.2f}x, checkpoint {lo['ckpt'] / f['ckpt']:.4f}x")
-    print("  (optim: bytes of the optimizer's state tensors; ref: the frozen reference copy; "
+    print("  (state: weights + gradients + optimizer state + reference copy; optim: bytes of the "
+          "optimizer's state tensors; ref: the frozen reference copy; "
           "ckpt: model/ + optimizer.pt; peak RSS: the worker process's high-water mark, model "
           "and Python included)")
 
