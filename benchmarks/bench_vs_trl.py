@@ -45,6 +45,14 @@ TRL's time over each rlnb row (median/median and min/min); rlnb's target is TRL 
 
     python benchmarks/bench_vs_trl.py [--sizes 16x8x16 8x8x8] [--steps 12] [--threads 2]
                                       [--trl-venv .venv-trl] [--rounds 2]
+                                      [--lora] [--model tiny|20m]
+
+``--lora``: both sides train LoRA adapters instead of every weight, with one peft config: rank 8,
+alpha 32, no dropout, every linear layer but the output one (rlnb: ``policy.lora.enabled=true
+policy.lora.dim=8 policy.lora.alpha=32``; TRL: ``GRPOTrainer(peft_config=peft.LoraConfig(r=8,
+lora_alpha=32, lora_dropout=0, target_modules="all-linear"))``, with peft installed into the TRL
+venv at the main venv's version). ``--model 20m``: the ~20 M-parameter version of the tiny Llama
+(``bench_grpo_step.py``'s ``20m``) instead of the ~0.3 M one.
 
 The first run installs TRL (about a minute: ``python -m venv .venv-trl``, then torch and trl with
 pip); ``.venv-trl/`` is git-ignored. Sizes are PxGxR: prompts x generations x new tokens.
@@ -67,6 +75,13 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET = 1.5  # TRL seconds per step / rlnb seconds per step
 WARMUP = 2  # steps dropped at the start of every run
 RESULT = "BENCH_RESULT "  # prefix of the line a worker prints its measurements on
+# --lora: the same adapters on both sides (rlnb's overrides; peft.LoraConfig's arguments)
+LORA_RLNB = ["policy.lora.enabled=true", "policy.lora.dim=8", "policy.lora.alpha=32",
+             "policy.lora.dropout=0"]
+LORA_PEFT = {"r": 8, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-linear"}
+# --model: build_tiny_llama's sizes (20m: bench_grpo_step.py's)
+MODELS = {"tiny": {}, "20m": {"hidden_size": 512, "num_hidden_layers": 6,
+                              "num_attention_heads": 8, "intermediate_size": 1536}}
 
 
 def parse_size(text: str) -> tuple[int, int, int]:
@@ -110,6 +125,7 @@ def worker_rlnb(spec: dict) -> dict:
         "grpo.val_at_end=false",
         "loss_fn.reference_policy_kl_penalty=0",
         "checkpointing.enabled=false",
+        *(LORA_RLNB if spec.get("lora") else []),
     ]
     cfg = load_config(str(ROOT / "configs" / "tiny.yaml"), overrides)
     trainer = GRPOTrainer(cfg)
@@ -118,6 +134,7 @@ def worker_rlnb(spec: dict) -> dict:
            "prompts": [], "threads": torch.get_num_threads(),
            "dtype": str(next(model.parameters()).dtype),
            "params": sum(p.numel() for p in model.parameters()),
+           "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
            "reference_model": trainer.policy.reference_model is not None,
            "reuse_generation_logprobs": cfg.grpo.reuse_generation_logprobs}
     for _ in range(spec["steps"]):
@@ -194,8 +211,14 @@ def worker_trl(spec: dict) -> dict:
             return result
 
     clock = StepClock()
+    extra = {}
+    if spec.get("lora"):
+        from peft import LoraConfig
+
+        extra["peft_config"] = LoraConfig(**LORA_PEFT, task_type="CAUSAL_LM")
     trainer = TimedGRPOTrainer(model=model, reward_funcs=constant_reward, args=args,
-                               train_dataset=dataset, processing_class=tok, callbacks=[clock])
+                               train_dataset=dataset, processing_class=tok, callbacks=[clock],
+                               **extra)
     clock.trainer = trainer
     trainer.train()
 
@@ -211,6 +234,7 @@ def worker_trl(spec: dict) -> dict:
         "gen_s": gen_s, "lengths": clock.lengths,
         "threads": min(clock.threads), "dtype": str(next(tm.parameters()).dtype),
         "params": sum(p.numel() for p in tm.parameters()),
+        "trainable": sum(p.numel() for p in tm.parameters() if p.requires_grad),
         "mixed_precision": str(trainer.accelerator.mixed_precision),
         "gradient_checkpointing": checkpointing,
         "reference_model": trainer.ref_model is not None,
@@ -233,11 +257,24 @@ def worker_trl(spec: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------- the driver
-def ensure_trl_venv(venv: Path) -> Path:
-    """The TRL venv's python; creates the venv and installs TRL there when it has none."""
+def ensure_trl_venv(venv: Path, lora: bool = False) -> Path:
+    """The TRL venv's python; creates the venv and installs TRL there when it has none (and
+    peft, at the main venv's version, for ``--lora``)."""
     python = venv / "bin" / "python"
-    check = [str(python), "-c", "import trl, datasets, accelerate"]
+    check = [str(python), "-c", "import trl, datasets, accelerate" + (", peft" if lora else "")]
     if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+        return python
+    if lora and python.exists() and subprocess.run(check[:2] + ["import trl"],
+                                                   capture_output=True).returncode == 0:
+        import peft
+
+        pin = "peft==" + peft.__version__
+        print(f"installing {pin} into {venv} ...", flush=True)
+        r = subprocess.run([str(python), "-m", "pip", "install", "-q", pin], capture_output=True,
+                           text=True)
+        if r.returncode or subprocess.run(check, capture_output=True).returncode:
+            print(r.stdout[-2000:] + r.stderr[-2000:], file=sys.stderr)
+            sys.exit(f"could not install {pin} into {venv}")
         return python
     import torch
     import transformers
@@ -255,9 +292,14 @@ def ensure_trl_venv(venv: Path) -> Path:
 
     pip = [str(python), "-m", "pip", "install", "-q"]
     ok = run([sys.executable, "-m", "venv", str(venv)]) and run(pip + [torch_pin])
-    if ok and not run(pip + ["trl", tf_pin]):
+    extras = []
+    if lora:
+        import peft
+
+        extras = ["peft==" + peft.__version__]
+    if ok and not run(pip + ["trl", tf_pin, *extras]):
         print(f"  trl with {tf_pin} did not resolve: installing trl unpinned", flush=True)
-        ok = run(pip + ["trl"])
+        ok = run(pip + ["trl", *extras])
     if not ok or subprocess.run(check, capture_output=True).returncode:
         sys.exit(f"could not install TRL into {venv} (see pip's output above)")
     print(f"  TRL venv ready in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -329,7 +371,7 @@ def bench_size(size: tuple[int, int, int], args, model_dir: str, trl_python: Pat
     rows = build_task(cfg.data).train_rows(P * args.steps, cfg.grpo.seed)  # rlnb's stream
     prompts = [r["prompt"] for r in rows]
     base = {"model_dir": model_dir, "P": P, "G": G, "R": R, "steps": args.steps,
-            "threads": args.threads}
+            "threads": args.threads, "lora": args.lora}
     print(f"\n== {P} prompts x {G} generations x {R} new tokens ({P * G} rows per step), "
           f"{args.threads} threads, {args.steps} steps per run ({WARMUP} dropped), "
           f"{args.rounds} rounds")
@@ -373,7 +415,8 @@ def bench_size(size: tuple[int, int, int], args, model_dir: str, trl_python: Pat
               f"(first row): {'yes' if t['prompt_ids'] == r['prompt_ids'] else 'NO'} "
               f"({r['prompt_ids']}); threads rlnb {r['threads']} / TRL {t['threads']}; dtype "
               f"rlnb {r['dtype']} / TRL {t['dtype']}; parameters rlnb {r['params']:,} / TRL "
-              f"{t['params']:,}; reference model rlnb {r['reference_model']} / TRL "
+              f"{t['params']:,} (trainable {r['trainable']:,} / {t['trainable']:,}); "
+              f"reference model rlnb {r['reference_model']} / TRL "
               f"{t['reference_model']}; rlnb reuses generation log-probs: "
               f"{r['reuse_generation_logprobs']}")
         print("  rlnb overrides of configs/tiny.yaml: " + " ".join(
@@ -391,14 +434,14 @@ def bench_size(size: tuple[int, int, int], args, model_dir: str, trl_python: Pat
           "time / step time; mean len: generated tokens per completion, EOS included)")
 
 
-def save_model(folder: str) -> None:
+def save_model(folder: str, size: str = "tiny") -> None:
     import transformers
 
     from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama, save_tiny
 
     transformers.utils.logging.disable_progress_bar()
     tok = build_char_tokenizer()
-    save_tiny(build_tiny_llama(len(tok)), tok, folder)
+    save_tiny(build_tiny_llama(len(tok), **MODELS[size]), tok, folder)
 
 
 def main() -> None:
@@ -415,6 +458,10 @@ def main() -> None:
                         help="skip the rlnb policy.generation.sampler=generate row")
     parser.add_argument("--full-trl-config", action="store_true",
                         help="print every GRPOConfig field, not only the non-default ones")
+    parser.add_argument("--lora", action="store_true",
+                        help="both sides train LoRA adapters (rank 8, alpha 32, all linear)")
+    parser.add_argument("--model", choices=list(MODELS), default="tiny",
+                        help="the tiny Llama (~0.3 M parameters) or its ~20 M version")
     parser.add_argument("--worker", choices=["rlnb", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -431,13 +478,15 @@ def main() -> None:
 
     venv = Path(args.trl_venv)
     venv = venv if venv.is_absolute() else ROOT / venv
-    trl_python = ensure_trl_venv(venv)
+    trl_python = ensure_trl_venv(venv, args.lora)
     sides = ["rlnb:loop", "trl"]
     if not args.no_generate_row:
         if "sampler" in GenerationConfig.model_fields:
             sides.append("rlnb:generate")
         else:
             print("this rlnb has no policy.generation.sampler: no sampler=generate row")
+    what = "LoRA adapters (rank 8, alpha 32, all linear)" if args.lora else "every weight"
+    print(f"training {what} of the {args.model} model ({MODELS[args.model] or 'defaults'})")
     print(f"GRPO step, rlnb vs TRL, on CPU ({args.threads} threads, {os.cpu_count()} CPUs, "
           f"load average {load_text(os.getloadavg())}); rlnb: torch {torch.__version__}, "
           f"{sys.executable}; TRL: {trl_python}")
@@ -446,7 +495,7 @@ def main() -> None:
               "threads competing for the cores small ops slow down many-fold, so the timings "
               "below are not reliable (--threads 1 is less affected)")
     with tempfile.TemporaryDirectory(prefix="bench_vs_trl_model_") as model_dir:
-        save_model(model_dir)
+        save_model(model_dir, args.model)
         for i, size in enumerate(args.sizes):
             bench_size(size, args, model_dir, trl_python, sides, first=i == 0)
 

@@ -89,6 +89,21 @@ TRAIN_ROWS = [
     (["data.name=math", "data.dataset_name=garbage.json"], "garbage.json"),
     (["--run-dir", "x", "--resume", "y"], "either --run-dir or --resume"),
     (["--resume", "not-a-run"], "not a run directory"),
+    # LoRA: a target the model lacks (close names listed), a module peft cannot wrap
+    (["policy.lora.enabled=true", "policy.lora.match_all_linear=false",
+      "policy.lora.target_modules=[q_prj]"], "has no module 'q_prj' (did you mean 'q_proj'"),
+    (["policy.lora.enabled=true", "policy.lora.exclude_modules=[mlpp]"],
+     "policy.lora.exclude_modules: LlamaForCausalLM has no module 'mlpp' (did you mean 'mlp'"),
+    (["policy.lora.enabled=true", "policy.lora.match_all_linear=false",
+      "policy.lora.target_modules=[input_layernorm]"], "peft cannot add LoRA adapters"),
+    (["policy.lora.enabled=true", "policy.lora.match_all_linear=false",
+      "policy.lora.target_modules=[embed_tokens]"], "rlnb adapts linear layers"),
+    (["policy.lora.enabled=true", "policy.lora.target_modules=[q_proj]"],
+     "set match_all_linear: false"),
+    (["policy.lora.enabled=true", "policy.lora.quantize=4bit"], "lora.quantize=4bit"),
+    (["policy.lora.enabled=true", "policy.lora.quantize=8bit"], "policy.lora.quantize"),
+    (["policy.lora.dim=0"], "policy.lora.dim"),
+    (["policy.lora.dropout=1"], "policy.lora.dropout"),
 ]
 
 

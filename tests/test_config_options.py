@@ -90,6 +90,7 @@ OPTIONAL_VALUES = {
     "grpo.async_grpo.trainer_threads": 1,
     "policy.optimizer.warmup_start_factor": 0.5,
     "value.optimizer.warmup_start_factor": 0.5,
+    "policy.lora.quantize": "4bit",  # refused: the tiny model is not loaded with from_pretrained
 }
 COMPANIONS = {  # what a variant needs to be meaningful at all
     "loss_fn.truncated_importance_sampling_type": ["loss_fn.use_importance_sampling_correction=true",
@@ -234,6 +235,7 @@ PREFIX_COMPANIONS = {  # a section that only exists (or only acts) with another 
              "sft.cache=false", "sft.stop_at_accuracy=null"],
     "ppo.": ["algorithm=ppo"], "value.": ["algorithm=ppo"], "value_loss_fn.": ["algorithm=ppo"],
     "policy.generation.vllm.": ["policy.generation.backend=vllm"],
+    "policy.lora.": ["policy.lora.enabled=true"],
     # the async loop needs the importance-sampling correction and recomputed prev_logprobs
     "grpo.async_grpo.": ["grpo.async_grpo.enabled=true",
                          "loss_fn.use_importance_sampling_correction=true",

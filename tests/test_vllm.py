@@ -322,3 +322,26 @@ def test_cli_trains_with_vllm_from_the_default_config_with_nothing_else_changed(
     assert [r["step"] for r in train] == [1, 2, 3]
     for r in train:  # the engine was refit every step: its probabilities are the policy's
         assert math.isfinite(r["train/loss"]) and abs(r["train/token_mult_prob_error"] - 1) < 1e-3
+
+
+@pytest.mark.filterwarnings("ignore:generation_logprobs are not exactly")  # greedy: top_k=1
+def test_a_lora_policy_refits_its_merged_weights():
+    """LoRA adapters: the engine starts from the merged model and every refit loads
+    W + (α / r) B A under the base names; it samples what the adapted policy samples."""
+    lora = rlnb.GRPOTrainer(rlnb.load_config(None, [*VLLM, "policy.lora.enabled=true"]))
+    gen, policy, tok = lora.generator, lora.policy, lora.policy.tokenizer
+    try:
+        hf = HFGenerationBackend(policy.model, tok, greedy(gen.config), lora.max_prompt_length)
+        settings, gen.config = gen.config, greedy(gen.config)
+        adapters = [p for n, p in policy.model.named_parameters() if "lora_B" in n]
+        with torch.no_grad():  # adapters far from zero: the argmax moves
+            for i, p in enumerate(adapters):
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)))
+        gen.refit(policy.model)
+        after, after_hf = gen.generate(PROMPTS), hf.generate(PROMPTS)
+        assert torch.equal(after.response_ids, after_hf.response_ids)
+        gen.config = settings
+        metrics = lora.step()  # one GRPO step of the adapters, refit after it
+        assert abs(metrics["train/token_mult_prob_error"] - 1) < 1e-3
+    finally:
+        gen.close()

@@ -1,7 +1,8 @@
 """Checkpoints of a training run: save, prune, find the latest, resume exactly.
 
     checkpoints/step_000010/
-      model/               save_pretrained: config.json + *.safetensors (+ tokenizer files)
+      model/               save_pretrained: config.json + *.safetensors (+ tokenizer files);
+                           a LoRA policy: adapter_model.safetensors + adapter_config.json only
       optimizer.pt         {"optimizer": optimizer.state_dict(), "scheduler": ... or None}
       trainer_state.json   NeMo-RL's GRPOSaveState fields + "data_position"
       rng_state.pt         python random, numpy, torch CPU (and CUDA) generator states (rank 0)
@@ -20,6 +21,9 @@ Implementation choices:
    run's samples; a rank with no file of its own (an older one-process checkpoint) restores
    rank 0's, with a warning.
 5) ``.pt`` files load with ``weights_only=True`` (no pickle code execution).
+5b) A policy with LoRA adapters saves the adapters alone (``rlnb.engine.models.lora``): its base
+   is rebuilt from the config (the warm start) on resume, and adapters trained on another base
+   (their file records its fingerprint) are refused.
 6) ``keep_top_k`` keeps the k most recent checkpoints (what resuming needs; NeMo-RL ranks by a
    validation metric); the one just saved is never pruned.
 """
@@ -42,6 +46,14 @@ from pydantic import Field
 from safetensors.torch import load_file, save_file
 
 from rlnb.config import Config
+from rlnb.engine.models.lora import (
+    ADAPTER_CONFIG,
+    adapter_state,
+    base_fingerprint,
+    has_adapters,
+    save_adapters,
+    saved_base_fingerprint,
+)
 from rlnb.run.atomic import atomic_dir
 
 TRAINER_STATE_KEYS = ("consumed_samples", "current_step", "current_epoch", "total_steps",
@@ -272,8 +284,11 @@ def save_checkpoint(
     with atomic_dir(final) as tmp:
         # save_pretrained writes safetensors (the only format in transformers 5, the default
         # in 4.x), so no safe_serialization flag: transformers 5 silently ignores it
-        with _quiet_progress():  # a per-checkpoint "Writing model shards" bar is noise
-            model.save_pretrained(tmp / "model")
+        if has_adapters(model):  # choice 5b
+            save_adapters(model, tmp / "model")
+        else:
+            with _quiet_progress():  # a per-checkpoint "Writing model shards" bar is noise
+                model.save_pretrained(tmp / "model")
         if not any((tmp / "model").glob("*.safetensors")):
             raise RuntimeError(f"{type(model).__name__}.save_pretrained wrote no .safetensors")
         if tokenizer is not None:
@@ -321,6 +336,29 @@ def _shape(t: torch.Tensor) -> list[int]:
     return list(t.shape)
 
 
+def checkpoint_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors a checkpoint holds for ``model``, under the file's names (sharing storage
+    with the model): its state dict, or a LoRA policy's adapters (choice 5b)."""
+    return dict(adapter_state(model)) if has_adapters(model) else model.state_dict()
+
+
+def _check_adapter_base(model_dir: Path, model: torch.nn.Module) -> None:
+    """A LoRA checkpoint fits a LoRA model whose base is the one its adapters trained on."""
+    lora_file = (model_dir / ADAPTER_CONFIG).is_file()
+    if lora_file != has_adapters(model):
+        held, wants = (("LoRA adapters", "every weight") if lora_file
+                       else ("every weight", "LoRA adapters"))
+        raise ValueError(f"checkpoint {model_dir} holds {held}, but this run trains {wants} "
+                         "(policy.lora.enabled)")
+    if lora_file:
+        saved, now = saved_base_fingerprint(model_dir), base_fingerprint(model)
+        if saved is not None and saved != now:
+            raise ValueError(
+                f"checkpoint {model_dir}: its LoRA adapters were trained on other base weights "
+                f"(fingerprint {saved}) than this run's (fingerprint {now}): the warm start "
+                "rebuilt them differently (other code or package versions)")
+
+
 def _load_weights(model_dir: Path, model: torch.nn.Module) -> None:
     """Copy the safetensors under ``model_dir`` into ``model``'s tensors, in place."""
     files = sorted(model_dir.glob("*.safetensors"))
@@ -329,8 +367,9 @@ def _load_weights(model_dir: Path, model: torch.nn.Module) -> None:
     saved: dict[str, torch.Tensor] = {}
     for f in files:  # sharded saves: model-00001-of-00002.safetensors, ...
         saved.update(load_file(f, device="cpu"))
+    _check_adapter_base(model_dir, model)
 
-    target = model.state_dict()
+    target = checkpoint_weights(model)
     # names sharing one storage (tied embeddings) form one group; one saved name fills them all
     groups: dict[tuple, list[str]] = {}
     for name, t in target.items():

@@ -92,6 +92,7 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
     from rlnb.engine.trainers.loops import make_trainer
     from rlnb.run.checkpoint import (
         checkpoint_problem,
+        checkpoint_weights,
         list_checkpoints,
         load_checkpoint,
         load_checkpoint_files,
@@ -190,7 +191,7 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
             saved = {}
             for f in sorted((step_dir(root, last) / folder).glob("*.safetensors")):
                 saved.update(load_file(f))
-            mine = module.state_dict()
+            mine = checkpoint_weights(module)  # a LoRA policy's: its adapters
             wrong = [name for name, t in saved.items() if not torch.equal(t, mine[name].cpu())]
             if wrong:
                 what = "weights" if folder == "model" else f"{folder} weights"

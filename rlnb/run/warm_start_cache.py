@@ -16,6 +16,9 @@ Implementation choices:
 3) An entry loads strictly: every tensor the model has, with its shape. A partial or corrupt
    entry (a truncated file, missing tensors) is reported and rebuilt, never half-loaded.
 4) Tied embeddings share storage: each tensor is saved once and fills every name it backs.
+5) A LoRA policy's entry is its base weights under the plain model's names
+   (``lora.base_state_dict``): the warm start trains the base with the adapters off, so runs with
+   and without adapters share entries.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ import os
 import shutil
 from pathlib import Path
 
+import torch
+
+from rlnb.engine.models.lora import base_state_dict
 from rlnb.engine.trainers.warm_start import SFTConfig, build_stamp, warm_start, warm_start_key
 from rlnb.run.atomic import atomic_dir
 
@@ -97,7 +103,7 @@ def _load(path: Path, policy) -> None:
         saved = load_file(path / "model.safetensors")
     except SafetensorError as err:
         raise ValueError(f"corrupt: {err}") from None
-    target = policy.model.state_dict()
+    target = base_state_dict(policy.model)
     by_storage: dict[int, str] = {}
     for name, t in target.items():  # tied names: any saved one of a storage fills them all
         if name in saved:
@@ -110,7 +116,9 @@ def _load(path: Path, policy) -> None:
     bad = [n for n, t in target.items() if state[n].shape != t.shape]
     if bad:
         raise ValueError(f"shape mismatch in {bad[:2]}")
-    policy.model.load_state_dict(state, strict=True)
+    with torch.no_grad():  # in place: the optimizer's references stay valid
+        for name, t in target.items():
+            t.copy_(state[name])
     policy.sync_reference()
 
 
@@ -119,7 +127,7 @@ def _save(path: Path, policy, info: dict) -> None:
 
     with atomic_dir(path) as tmp:
         seen, unique = set(), {}
-        for k, v in policy.model.state_dict().items():  # choice 4
+        for k, v in base_state_dict(policy.model).items():  # choice 4
             if v.data_ptr() not in seen:
                 seen.add(v.data_ptr())
                 unique[k] = v.detach().cpu().contiguous()

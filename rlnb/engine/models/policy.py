@@ -17,7 +17,9 @@ Implementation choices (docs/algorithms.md#masked-helpers-and-reductions):
    full global batch's. Metrics are combined as NeMo-RL does: summed over micro-batches (``*_min`` /
    ``*_max`` by min / max), then averaged over global batches.
 5) AdamW with linear warm-up then constant learning rate; gradient-norm clipping.
-6) The reference policy is a frozen copy, made only when the KL penalty needs one.
+6) The reference policy is a frozen copy, made only when the KL penalty needs one. With LoRA
+   adapters (``policy.lora``, ``lora.py``) only they train, and the reference is the same module
+   with the adapters off.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from rlnb.algorithms.reduction import combine_metrics, global_valid_counts, sum_
 from rlnb.config import Config
 from rlnb.engine.distributed import Distributed
 from rlnb.engine.models.generation import GenerationConfig
+from rlnb.engine.models.lora import LoraConfig, adapters_disabled, add_adapters, has_adapters
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
 
 
@@ -102,6 +105,7 @@ class PolicyConfig(Config):
         1.0, gt=0, description="Gradient clipping (max global norm); None disables.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> PolicyConfig:
@@ -134,7 +138,7 @@ def load_model_and_tokenizer(cfg: PolicyConfig, seed: int = 0):
             max_position_embeddings=max(256, cfg.max_total_sequence_length),
             seed=seed,
         )
-        return model.to(dtype), tokenizer
+        return add_adapters(model.to(dtype), cfg.lora, seed=seed), tokenizer  # (if enabled)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     name = cfg.model_name
@@ -143,7 +147,7 @@ def load_model_and_tokenizer(cfg: PolicyConfig, seed: int = 0):
         raise ValueError(f"policy.model_name: no model folder at {name!r}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer_name or name)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **cfg.lora.qlora(dtype))
     except (OSError, ValueError) as err:
         raise ValueError(
             f"policy.model_name: cannot load {name!r} ({type(err).__name__}: {err}). A hub id "
@@ -153,7 +157,7 @@ def load_model_and_tokenizer(cfg: PolicyConfig, seed: int = 0):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token  # decoder-only models often ship without one
     tokenizer.padding_side = "left"
-    return model, tokenizer
+    return add_adapters(model, cfg.lora, seed=seed), tokenizer
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -179,16 +183,18 @@ class Policy:
         if model is None:
             model, tokenizer = load_model_and_tokenizer(cfg, seed=seed)
         self.model, self.tokenizer = model, tokenizer
+        self.lora = has_adapters(model)  # LoRA adapters: then only they train (lora.py)
         opt = cfg.optimizer
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
+            (p for p in model.parameters() if p.requires_grad),  # LoRA: the adapters alone
             lr=opt.lr,
             weight_decay=opt.weight_decay,
             betas=opt.betas,
             eps=opt.eps,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, opt.lr_factor)
-        self.reference_model = self.make_reference() if need_reference else None
+        # LoRA: the reference is the model with its adapters off, never a copy
+        self.reference_model = None if self.lora or not need_reference else self.make_reference()
         self.train_model = self.model  # what forward/backward runs through (DDP under accelerate)
         if self.dist.accelerator is not None:
             self.train_model, self.optimizer = self.dist.accelerator.prepare(
@@ -241,6 +247,9 @@ class Policy:
     def logprobs(self, input_ids, attention_mask, reference: bool = False) -> torch.Tensor:
         """Per-token log-probs of ``input_ids [B, S]`` under the policy (or the reference)."""
         self.check_tokens(input_ids)
+        if reference and self.lora:  # the reference: the base, the adapters off
+            with adapters_disabled(self.model):
+                return self.logprobs(input_ids, attention_mask)
         model = self.reference_model if reference else self.model
         if model is None:
             raise ValueError(

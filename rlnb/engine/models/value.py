@@ -9,8 +9,9 @@ Implementation choices (docs/algorithms.md#value-loss):
    class; nothing here is Llama-specific. A model whose ``base_model`` is itself (no separate
    body) cannot be split, and is refused naming the ``value`` section.
 2) Initialised from the policy's weights (NeMo-RL starts the value model from the policy's
-   checkpoint); ``value.init_from_policy: false`` builds the same architecture from the policy's
-   config with fresh, seeded weights. The head starts at zero, so the first values are all 0
+   checkpoint; a LoRA policy's merged weights, in a plain body the critic trains in full);
+   ``value.init_from_policy: false`` builds the same architecture from the policy's config
+   with fresh, seeded weights. The head starts at zero, so the first values are all 0
    and the critic's first update moves only the head.
 3) Values use the stored layout with NeMo-RL's right shift: the head output at position t-1 is
    the value of the state *before* token t is emitted, so ``V[:, t]`` lines up with token t and
@@ -23,13 +24,12 @@ Implementation choices (docs/algorithms.md#value-loss):
 
 from __future__ import annotations
 
-import copy
-
 import torch
 from pydantic import Field
 
 from rlnb.algorithms.gae import shift_values
 from rlnb.config import Config
+from rlnb.engine.models.lora import merged_copy
 from rlnb.engine.models.policy import OptimizerConfig, Policy, position_ids_from_mask
 
 
@@ -96,7 +96,8 @@ class ValueModel(Policy):
     def __init__(self, cfg: ValueConfig, policy: Policy, *, seed: int = 0, dist=None):
         body, hidden = value_body(policy.model)
         if cfg.init_from_policy:
-            body = copy.deepcopy(body)
+            # a LoRA policy's body: its merged weights, a plain module the critic trains in full
+            body = merged_copy(body)
         else:
             from transformers import AutoModel
 

@@ -14,7 +14,8 @@ Implementation choices:
 2) vLLM starts from a model folder: the one the policy was loaded from when there is one (hub id
    or local path), otherwise (the embedded tiny model) ``save_pretrained`` into a temporary folder,
    once. Construction then loads the policy's in-memory weights, so the engine starts from
-   exactly the policy's weights, in the policy's dtype.
+   exactly the policy's weights, in the policy's dtype. A policy with LoRA adapters refits
+   its merged weights, under the base model's names.
 3) ``weight_version`` counts refits (0 = the construction weights) and is vLLM's own per-token
    weight label, so every batch says which weights sampled it. Generating after the policy's
    tensors changed without a refit (a warm start, a loaded checkpoint, a notebook edit) refits
@@ -46,6 +47,7 @@ import warnings
 import torch
 
 from rlnb.engine.models.backend import GenerationBackend, Generations, tokenize_prompts
+from rlnb.engine.models.lora import has_adapters, merged_state_dict
 from rlnb.engine.models.vllm_engine import (
     INSTALL_HINT,
     engine_args,
@@ -102,8 +104,10 @@ class VLLMGenerationBackend(GenerationBackend):
     def _load_weights(self, model: torch.nn.Module) -> None:
         if not self._weights_resident:
             self.llm.wake_up(tags=["weights"])  # level 2 freed them: reallocate, then fill
-        # the policy's own tensors, no copy; the worker copies them into its kernel layout
-        weights = list(model.state_dict().items())
+        # the policy's own tensors, no copy; the worker copies them into its kernel layout. LoRA
+        # adapters: W + (α / r) B A computed into new tensors (lora.merged_state_dict)
+        weights = list((merged_state_dict(model) if has_adapters(model)
+                        else model.state_dict()).items())
         with quiet_rotary_reload():
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights

@@ -19,6 +19,7 @@ import torch
 from pydantic import Field
 
 from rlnb.config import Config
+from rlnb.engine.models.lora import has_adapters, save_merged
 
 INSTALL_HINT = (
     "install it with the `vllm` extra on a GPU machine (pip install -c constraints.txt -e "
@@ -148,7 +149,10 @@ def model_folder(model, tokenizer) -> tuple[str, str, tempfile.TemporaryDirector
     if model_src and tok_src:
         return model_src, tok_src, None
     folder = tempfile.TemporaryDirectory(prefix="rlnb-vllm-")
-    model.save_pretrained(folder.name)
+    if has_adapters(model):  # the plain model's names and weights, not peft's
+        save_merged(model, folder.name)
+    else:
+        model.save_pretrained(folder.name)
     tokenizer.save_pretrained(folder.name)
     return folder.name, folder.name, folder
 

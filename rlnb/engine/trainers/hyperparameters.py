@@ -49,7 +49,8 @@ def reconfigure(trainer, overrides: dict[str, Any] | list[str], *, dry_run: bool
                 f"or the data); these can: {', '.join(RECONFIGURABLE)}")
     data = apply_overrides(trainer.config.model_dump(mode="json"), items, OVERRIDE_ALIASES)
     new = parse_config(type(trainer.config), data)
-    if needs_reference(new) and trainer.policy.reference_model is None:
+    policy = trainer.policy  # (with LoRA adapters the reference is the base: always there)
+    if needs_reference(new) and policy.reference_model is None and not policy.lora:
         raise ValueError(
             "reconfigure: loss_fn.reference_policy_kl_penalty > 0 needs a reference model, and "
             "this trainer was built without one; rebuild it with a KL penalty > 0")

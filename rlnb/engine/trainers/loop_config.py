@@ -190,4 +190,19 @@ def check_loop_rules(config) -> None:
         raise ValueError(
             f"env.name={config.env.name!r} is a multi-turn environment, but "
             f"{key}.max_rollout_turns is 1 (it would never be asked a second turn)")
+    lora = config.policy.lora
+    if lora.quantize is not None:  # a 4-bit base cannot be trained, nor copied into a critic
+        if config.policy.model_name == "tiny":
+            raise ValueError(
+                "policy.lora.quantize=4bit loads a hub or local model's linear layers in 4 bits; "
+                "the embedded tiny model is built in memory (save it with "
+                "rlnb.engine.models.tiny.save_tiny and set policy.model_name to its folder)")
+        if getattr(config, "sft", None) is not None and config.sft.enabled:
+            raise ValueError(
+                "policy.lora.quantize=4bit with sft.enabled=true: the warm start trains every "
+                "weight, and a 4-bit base cannot be trained (set sft.enabled: false)")
+        if getattr(config, "algorithm", "grpo") == "ppo":
+            raise ValueError("policy.lora.quantize=4bit with algorithm: ppo: the critic is a "
+                             "trainable copy of the policy's body, which a 4-bit base cannot "
+                             "give (set policy.lora.quantize: null)")
     resolve_logprob_reuse(loop, config.policy)

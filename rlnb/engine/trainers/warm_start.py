@@ -46,6 +46,7 @@ from rlnb.config import Config
 from rlnb.engine.environments.base import row_demonstration
 from rlnb.engine.environments.prompts import format_prompt
 from rlnb.engine.models.backend import tokenize_prompts
+from rlnb.engine.models.lora import base_training
 from rlnb.engine.trainers.rollout import sample_and_score
 
 
@@ -72,9 +73,10 @@ def warm_start_key(trainer, cfg: SFTConfig) -> str:
     turns = getattr(loop, "max_rollout_turns", 1)
     parts = [
         # the RL loop's optimizer and batch sizes never touch the warm start
+        # nor do LoRA adapters: the warm start trains the base with them off (lora.py)
         config.policy.model_dump(mode="json", exclude={
             "optimizer", "train_global_batch_size", "train_micro_batch_size",
-            "logprob_batch_size", "max_grad_norm"}),
+            "logprob_batch_size", "max_grad_norm", "lora"}),
         config.data, cfg.model_copy(update={"cache": True}), loop.seed,
         trainer.policy.device.type,  # CPU and GPU kernels round differently
         # probe accuracy goes through the environment only in multi-turn rollouts
@@ -101,6 +103,7 @@ WEIGHT_CODE = (
     "rlnb.engine.timing",  # the probe's stage timers
     "rlnb.engine.models.tiny",  # the embedded model's tokenizer and initial weights
     "rlnb.engine.models.policy",  # model loading, forward_logprobs, sync_reference
+    "rlnb.engine.models.lora",  # LoRA runs: the adapters switched off while the base trains
     "rlnb.engine.models.generation",  # the generation backends by name
     "rlnb.engine.models.backend",  # prompt tokenisation, response masks
     "rlnb.engine.models.hf_backend",  # the hf backend
@@ -210,16 +213,17 @@ def sampled_accuracy(trainer, rows: list[dict]) -> float:
 def warm_start(trainer, cfg: SFTConfig, *, progress: bool = False, log=print) -> dict:
     """Run the supervised warm start on ``trainer.policy`` (choice 3: on its own random state).
     Returns ``{"steps", "final_loss", "probe_accuracy", "seconds"}``."""
-    with torch.random.fork_rng(devices=[]):
+    # a LoRA policy trains its base weights here, its adapters off (lora.base_training)
+    with torch.random.fork_rng(devices=[]), base_training(trainer.policy.model) as params:
         torch.manual_seed(trainer.loop_config.seed)
-        return _warm_start(trainer, cfg, progress=progress, log=log)
+        return _warm_start(trainer, cfg, params, progress=progress, log=log)
 
 
-def _warm_start(trainer, cfg: SFTConfig, *, progress: bool, log) -> dict:
+def _warm_start(trainer, cfg: SFTConfig, params, *, progress: bool, log) -> dict:
     policy, task = trainer.policy, trainer.task
     seed = trainer.loop_config.seed
     probe = task.train_rows(10**6 + cfg.eval_prompts, seed + 1)[-cfg.eval_prompts :]
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr)
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr)
     rows = task.train_rows(cfg.max_steps * cfg.batch_size, seed + 2)
     start, steps, accuracy = time.perf_counter(), 0, 0.0
     bar = None
