@@ -325,12 +325,25 @@ class DPOLossFn:
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """``next_token_logits``: ``[B, S, V]``; returns ``dpo_loss``'s ``(loss, metrics)``."""
         input_ids = _require(data, "input_ids", "DPOLossFn")
+        logprobs = next_token_logprobs(next_token_logits, input_ids)  # [B, S-1]
+        return self.from_logprobs(logprobs, data, global_valid_seqs, global_valid_toks)
+
+    def from_logprobs(
+        self,
+        logprobs: torch.Tensor,
+        data: Mapping[str, Any],
+        global_valid_seqs,
+        global_valid_toks=None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The same loss from the current log-probs ``[B, S-1]`` (index t = log-prob of token
+        t+1) already computed, as a trainer's forward pass gives them."""
         token_mask = _require(data, "token_mask", "DPOLossFn")
         sample_mask = _require(data, "sample_mask", "DPOLossFn")
         ref = _require(data, "reference_policy_logprobs", "DPOLossFn")
-        logprobs = next_token_logprobs(next_token_logits, input_ids)  # [B, S-1]
-        check_tensor("token_mask", token_mask, shape=tuple(input_ids.shape))
-        check_tensor("reference_policy_logprobs", ref, shape=tuple(input_ids.shape))
+        check_tensor("logprobs", logprobs, ndim=2, floating=True)
+        stored = (logprobs.shape[0], logprobs.shape[1] + 1)  # [B, S]
+        check_tensor("token_mask", token_mask, shape=stored)
+        check_tensor("reference_policy_logprobs", ref, shape=stored)
         # Off-by-one trap: ref was rolled left when stored, so [:, :-1] (not [:, 1:]) aligns it.
         return dpo_loss(
             logprobs,
