@@ -5,9 +5,11 @@
 
 - ``Dashboard``: live reward / KL / entropy / clip fraction / length / timing plots, a Stop
   button, and metric cards (formula, expected range, what to check) behind an info toggle.
-- ``StageStepper``: Rollout / Advantages / Update / Step / Run N / Stop buttons.
+- ``StageStepper``: Rollout / Advantages / Update / Step / Run N / Stop buttons (PPO and DPO:
+  their own stages).
 - ``RolloutInspector`` and ``TokenView``: one group side by side; tokens coloured by advantage,
-  ratio, KL, entropy or the generation-vs-training log-prob gap.
+  ratio, KL, entropy or the generation-vs-training log-prob gap (DPO's pairs: ``PairView``, the
+  chosen and rejected responses coloured by log π - log π_ref).
 - ``EstimatorComparison``: one frozen batch through every estimator and loss setting.
 - ``ConfigPanel``: edit hyperparameters between steps.
 - ``show(fig)``: a plotly figure that also renders in saved notebooks and HTML exports.
@@ -22,13 +24,13 @@ from rlnb.widgets.cards import MetricCard, metric_card
 from rlnb.widgets.comparison import EstimatorComparison
 from rlnb.widgets.config_panel import ConfigPanel
 from rlnb.widgets.dashboard import DEFAULT_PANELS, Dashboard, Panel
-from rlnb.widgets.inspector import RolloutInspector, TokenView
+from rlnb.widgets.inspector import PairView, RolloutInspector, TokenView
 from rlnb.widgets.static import ensure_plotlyjs, figure_bundle, figure_html, show, table_html
 from rlnb.widgets.stepper import StageStepper
 from rlnb.widgets.sweep_report import sweep_figures
 
 __all__ = [
     "DEFAULT_PANELS", "ConfigPanel", "Dashboard", "EstimatorComparison", "MetricCard", "Panel",
-    "RolloutInspector", "StageStepper", "TokenView", "ensure_plotlyjs", "figure_bundle",
+    "PairView", "RolloutInspector", "StageStepper", "TokenView", "ensure_plotlyjs", "figure_bundle",
     "figure_html", "metric_card", "show", "sweep_figures", "table_html",
 ]

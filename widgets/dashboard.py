@@ -1,5 +1,5 @@
 """The live training dashboard: reward, KL, entropy, clipping, length and stage timings (PPO:
-value loss and explained variance instead of entropy and length).
+value loss and explained variance instead of entropy and length; DPO: its own, ``DPO_PANELS``).
 
     dash = Dashboard(run)   # a TrainingRun (steps logged to its run dir) or a bare trainer
     dash.display()          # live plots + Stop button + metric cards (info toggle)
@@ -30,7 +30,8 @@ Implementation choices:
 5) The static twin (``static_html``) is a plotly figure plus a table of the last values; it is
    refreshed in the saved output when a run ends.
 6) The panels follow the trainer's loop (``LOOP_PANELS`` by ``trainer.loop_section``): PPO shows
-   its critic's value loss and explained variance.
+   its critic's value loss and explained variance; DPO its preference loss, implicit rewards,
+   the pairs' log-probs, preference accuracy and KL to the reference.
 """
 
 from __future__ import annotations
@@ -100,8 +101,19 @@ ASYNC_PANELS = (
     Panel("waiting (s)", ("timing/train/wait_for_trajectories",
                           "timing/async/collector_wait_for_weights")),
 )
+# DPO: the pairs' loss, implicit rewards and log-probs, preference accuracy, KL to the reference
+DPO_PANELS = (
+    DEFAULT_PANELS[0],  # the sampled answers' reward (on-policy pairs) and held-out accuracy
+    Panel("preference loss", ("train/preference_loss",)),
+    Panel("implicit reward (without β)", ("train/rewards_chosen_mean",
+                                          "train/rewards_rejected_mean", "train/reward_margin")),
+    Panel("log-prob of the pairs (nats/response)", ("train/logprobs_chosen",
+                                                    "train/logprobs_rejected")),
+    Panel("preference accuracy", ("train/accuracy",), y_range=(0.0, 1.0)),
+    Panel("KL to the reference (nats/token)", ("train/kl_to_reference",)),
+)
 # a trainer's loop (``loop_section``) -> its panels (an async GRPO trainer: ASYNC_PANELS)
-LOOP_PANELS = {"grpo": DEFAULT_PANELS, "ppo": PPO_PANELS}
+LOOP_PANELS = {"grpo": DEFAULT_PANELS, "ppo": PPO_PANELS, "dpo": DPO_PANELS}
 
 _TIMING_NAMES = {
     "timing/train/generation": "generation",
@@ -123,6 +135,8 @@ def panels_for(trainer=None, history: Iterable[dict[str, Any]] = ()) -> tuple[Pa
             return ASYNC_PANELS
         return LOOP_PANELS.get(getattr(trainer, "loop_section", "grpo"), DEFAULT_PANELS)
     keys = {k for record in history for k in record}
+    if "train/preference_loss" in keys:
+        return DPO_PANELS
     if any(k.startswith("critic/") for k in keys):
         return PPO_PANELS
     return ASYNC_PANELS if "train/buffer_size" in keys else DEFAULT_PANELS
