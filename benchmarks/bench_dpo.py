@@ -19,7 +19,7 @@ each of seeds 0, 1, 2; offline DPO is reported as measured. The machine's load a
 with every row: other processes slow every step down, and a budget in seconds then buys fewer
 steps.
 
-    python benchmarks/bench_dpo.py [--seeds 0 1 2] [--minutes 5] [--arms offline_dpo online_dpo grpo]
+    python benchmarks/bench_dpo.py [--seeds 0 1 2] [--minutes 5] [--arms online_dpo grpo]
     python benchmarks/bench_dpo.py --minutes 0.2 --seeds 0          # a smoke run
     python benchmarks/bench_dpo.py --seeds 3 4 5 --set dpo.reference_policy_kl_penalty=0.2
 """

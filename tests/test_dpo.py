@@ -8,7 +8,6 @@ import re
 
 import pytest
 import torch
-import torch.nn.functional as F
 from test_distributed import launch
 from tiny_config import with_rewards
 

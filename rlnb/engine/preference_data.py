@@ -107,11 +107,12 @@ def tokenize_pairs(rows: list[dict[str, Any]], tokenizer, *, max_length: int,
         raise ValueError(f"{where}: no rows (a preference dataset needs at least one pair)")
     pairs = []
     for i, row in enumerate(rows):
-        missing = [c for c in COLUMNS if c not in row]
+        # a file's rows share one schema: a column one row lacks is null there (datasets)
+        missing = [c for c in COLUMNS if row.get(c) is None]
         if missing:
+            has = [str(k) for k, v in row.items() if v is not None]
             raise ValueError(f"{where}: row {i} has no {missing[0]!r} column (it has "
-                             f"{', '.join(map(str, row)) or 'none'}; a pair needs "
-                             f"{', '.join(COLUMNS)})")
+                             f"{', '.join(has) or 'none'}; a pair needs {', '.join(COLUMNS)})")
         prompt, chosen, rejected = _texts(row, i, tokenizer, where)
         if chosen == rejected:
             raise ValueError(f"{where}: row {i} has identical chosen and rejected responses "

@@ -1,6 +1,6 @@
 """DPO, one stage per method: pairs -> reference_logprobs -> compute_loss -> update.
 
-    L_DPO = -E_(x, y_c, y_r) log σ(β·[(log π(y_c|x) - log π_ref(y_c|x)) - (log π(y_r|x) - log π_ref(y_r|x))])
+    L_DPO = -E_(x, y_c, y_r) log σ(β·(ρ(y_c) - ρ(y_r))),   ρ(y) = log π(y|x) - log π_ref(y|x)
 
 DPO: https://arxiv.org/abs/2305.18290; on-policy pairs from a reward (online / iterative DPO):
 https://arxiv.org/abs/2312.11456, https://arxiv.org/abs/2404.14367. The loss, its data layout and
