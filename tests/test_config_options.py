@@ -34,8 +34,13 @@ BASE = ["policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
 PPO_BASE = ["policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
             "ppo.val_period=2", "policy.generation.max_new_tokens=4",
             "ppo.policy_training_start_step=0"]  # no critic warm-up: the actor trains at once
+# the same under DPO (its loop section is `dpo`; its loss keys are there, loss_fn is not read)
+DPO_BASE = ["policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
+            "dpo.val_period=2", "policy.generation.max_new_tokens=4"]
 CHOICES = {
     "grpo.adv_estimator.name": estimator_names("grpo"),
+    # a dataset needs its rows (tests/test_dpo.py trains on one; without: refused, naming it)
+    "dpo.pairs.source": ["warm_start"],
     "loss_fn.reference_policy_kl_type": list(KL_ESTIMATORS),
     "loss_fn.truncated_importance_sampling_type": list(TRUNCATED_IS_TYPES),
     "policy.generation.backend": list(GENERATION_BACKENDS),
@@ -83,6 +88,8 @@ OPTIONAL_VALUES = {
     "checkpointing.keep_top_k": 1,
     "grpo.async_grpo.collector_threads": 1,
     "grpo.async_grpo.trainer_threads": 1,
+    "dpo.max_num_epochs": 1,
+    "dpo.pairs.dataset": "missing.jsonl",
 }
 COMPANIONS = {  # what a variant needs to be meaningful at all
     "loss_fn.truncated_importance_sampling_type": ["loss_fn.use_importance_sampling_correction=true",
@@ -108,6 +115,7 @@ COMPANIONS = {  # what a variant needs to be meaningful at all
         "grpo.reward_shaping.max_response_length=4"]
        for k in ("overlong_buffer_length", "overlong_buffer_penalty", "max_response_length")},
     "grpo.reward_shaping.stop_properly_penalty_coef": [],  # alone: refused (shaping is off)
+    "dpo.sft_average_log_probs": ["dpo.sft_loss_weight=0.5"],  # it shapes the SFT term
 }
 # PPO's copies of GRPO's shared settings need the same values and companions
 for _k in [k for k in OPTIONAL_VALUES if k.startswith("grpo.reward_shaping.")]:
@@ -123,6 +131,7 @@ WITH = {
         "loss_fn.reference_policy_kl_penalty=0.05"],
     "grpo.reward_shaping.enabled": ["grpo.reward_shaping.stop_properly_penalty_coef=0.5"],
     "grpo.reward_scaling.enabled": ["grpo.reward_scaling.source_max=2"],
+    "dpo.pairs.source": ["dpo.pairs.pool_prompts=8"],  # a small pool: seconds, not minutes
 }
 # loss options whose effect needs a batch the policy has moved away from (one step of the tiny
 # model moves it by ~1e-5): their effect is asserted with hand-derived numbers on such batches
@@ -187,9 +196,11 @@ def variants() -> list[tuple[str, list[str]]]:
     found = []
     base_config = rlnb.load_config(None, BASE, preset="fast")
     ppo_config = rlnb.load_config(packaged_config("ppo_tiny"), PPO_BASE, preset="fast")
+    dpo_config = rlnb.load_config(packaged_config("dpo_tiny"), DPO_BASE, preset="fast")
     for key, ann, model_default in leaves(MasterConfig):
         ppo = key.startswith(("ppo.", "value.", "value_loss_fn."))
-        default = dotted(ppo_config if ppo else base_config, key)
+        loop = dpo_config if key.startswith("dpo.") else ppo_config if ppo else base_config
+        default = dotted(loop, key)
         default = model_default if default is None and model_default is not None else default
         args = typing.get_args(ann)
         if key in CHOICES or typing.get_origin(ann) is Literal:
@@ -220,6 +231,7 @@ PREFIX_COMPANIONS = {  # a section that only exists (or only acts) with another 
     "sft.": ["sft.enabled=true", "sft.max_steps=6", "sft.eval_every=3", "sft.eval_prompts=8",
              "sft.cache=false", "sft.stop_at_accuracy=null"],
     "ppo.": ["algorithm=ppo"], "value.": ["algorithm=ppo"], "value_loss_fn.": ["algorithm=ppo"],
+    "dpo.": ["algorithm=dpo"],
     "policy.generation.vllm.": ["policy.generation.backend=vllm"],
     # the async loop needs the importance-sampling correction and recomputed prev_logprobs
     "grpo.async_grpo.": ["grpo.async_grpo.enabled=true",
@@ -249,9 +261,10 @@ def one_step(overrides: list[str]) -> dict:
     from rlnb.engine.trainers.loops import make_trainer
     from rlnb.engine.trainers.warm_start import warm_start
 
-    ppo = "algorithm=ppo" in overrides
-    source = packaged_config("ppo_tiny") if ppo else None
-    config = rlnb.load_config(source, [*(PPO_BASE if ppo else BASE), *overrides], preset="fast")
+    loop = next((x.split("=")[1] for x in overrides if x.startswith("algorithm=")), "grpo")
+    source = packaged_config(f"{loop}_tiny") if loop != "grpo" else None
+    base = {"grpo": BASE, "ppo": PPO_BASE, "dpo": DPO_BASE}[loop]
+    config = rlnb.load_config(source, [*base, *overrides], preset="fast")
     trainer = make_trainer(config)
     scripted_rewards(trainer.task)
     if config.sft.enabled:
@@ -260,8 +273,10 @@ def one_step(overrides: list[str]) -> dict:
     metrics = {k: v for r in records for k, v in r.items() if not k.startswith("timing/")}
     last = records[-1]
     modules = [trainer.policy.model, *(m for m, _, _ in trainer.checkpoint_parts().values())]
+    # DPO's step carries its pairs' scores where GRPO's carries advantages: their implicit rewards
+    scores = getattr(last.advantages, "advantages", None)
     return {"metrics": metrics, "tokens": last.rollout.input_ids,
-            "advantages": last.advantages.advantages,
+            "advantages": last.advantages.rewards if scores is None else scores,
             "weights": [p.detach().clone() for m in modules for p in m.parameters()]}
 
 
