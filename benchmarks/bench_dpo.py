@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import torch
 
 from rlnb.engine.trainers.loops import make_trainer
 from rlnb.run.master_config import load_config
+from rlnb.run.timed import train_for
 from rlnb.run.warm_start_cache import cached_warm_start
 
 ARMS = {
@@ -52,22 +52,9 @@ def run_arm(arm: str, seed: int, minutes: float, every: float, extra: list[str])
     with torch.random.fork_rng(devices=[]):  # as TrainingRun: the warm start on its own state
         torch.manual_seed(seed)
         warm = cached_warm_start(trainer, cfg.sft, log=lambda *a: None)
-    before = trainer.validate()["validation/accuracy"]
-    curve, trained, next_check = [(0.0, 0, before)], 0.0, 60 * every
-    steps = trainer.train(10**9)
-    start = time.perf_counter()
-    for _ in steps:
-        trained = time.perf_counter() - start
-        if trained >= next_check or trained >= 60 * minutes:
-            paused = time.perf_counter()
-            curve.append((trained, trainer.step_count, trainer.validate()["validation/accuracy"]))
-            next_check += 60 * every
-            start += time.perf_counter() - paused  # validation is not training time
-        if trained >= 60 * minutes:
-            break
-    steps.close()
-    return {"arm": arm, "seed": seed, "before": before, "after": curve[-1][2],
-            "steps": trainer.step_count, "seconds": trained, "curve": curve,
+    curve = train_for(trainer, 60 * minutes, 60 * every)  # validation is off the clock
+    return {"arm": arm, "seed": seed, "before": curve[0][2], "after": curve[-1][2],
+            "steps": trainer.step_count, "seconds": curve[-1][0], "curve": curve,
             "warm_cached": warm.get("cached")}
 
 
