@@ -357,7 +357,7 @@ DPO_SMALL = [
     "dpo.val_period=2", "dpo.max_val_samples=16", "dpo.max_num_steps=4", "sft.max_steps=10",
     "sft.stop_at_accuracy=null", "checkpointing.save_period=2",
 ]  # fmt: skip
-ON_DATASET = ["dpo.pairs.source=dataset", "dpo.pairs.pairs_per_prompt=1"]
+ON_DATASET = ["dpo.pairs.source=dataset"]
 
 DPO_ROWS = [
     (["dpo.use_dynamic_sampling=true"], "dpo: 'use_dynamic_sampling' is not a DPO key"),

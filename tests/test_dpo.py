@@ -277,7 +277,7 @@ def rows_file(tmp_path, n=24):
     return rows, path
 
 
-DATASET = ["dpo.pairs.source=dataset", "dpo.pairs.pairs_per_prompt=1"]
+DATASET = ["dpo.pairs.source=dataset"]
 
 
 def test_a_dataset_of_pairs_from_a_file_a_list_or_a_datasets_dataset(tmp_path):
