@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlnb",
         description="rlnb: RL post-training of language models (GRPO, PPO with a value model, "
-                    "async GRPO), headless or from notebooks.",
+                    "async GRPO, DPO), headless or from notebooks.",
         epilog="'rlnb COMMAND --help' shows a command's options. Exit codes: 0 done, 1 a run "
                "failed (or verify found a difference), 2 bad arguments (nothing written).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -159,12 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="seed of the frozen batch")
     demo.set_defaults(func=_demo)
     train = sub.add_parser(
-        "train", help="train a policy with GRPO, PPO with a value model, or async GRPO",
+        "train", help="train a policy with GRPO, PPO with a value model, async GRPO or DPO",
         description="Train a policy with the loop the config names: GRPO (algorithm: grpo, the "
-                    "default), PPO with a value model (algorithm: ppo) or async GRPO (algorithm: "
-                    "grpo with grpo.async_grpo.enabled=true). Without a config: GRPO on the "
-                    "embedded tiny model (configs/tiny.yaml; configs/ppo_tiny.yaml and "
-                    "configs/async_tiny.yaml are the other two loops on it).")
+                    "default), PPO with a value model (algorithm: ppo), async GRPO (algorithm: "
+                    "grpo with grpo.async_grpo.enabled=true) or DPO on preference pairs "
+                    "(algorithm: dpo). Without a config: GRPO on the embedded tiny model "
+                    "(configs/tiny.yaml; configs/ppo_tiny.yaml, configs/async_tiny.yaml and "
+                    "configs/dpo_tiny.yaml are the other loops on it).")
     train.add_argument("items", nargs="*", metavar="[CONFIG.yaml] [key=value ...]",
                        help="a YAML config (default: built-in) then dotted.key=value overrides")
     train.add_argument("--run-dir", default=None, help="run directory (default runs/<time>)")
@@ -173,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps",
         type=int,
         default=None,
-        help="steps to run (default: grpo.max_num_steps, or ppo.max_num_steps, in total)",
+        help="steps to run (default: the loop's max_num_steps, e.g. grpo.max_num_steps, in "
+             "total)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
     train.add_argument("--ignore-unsupported", action="store_true",

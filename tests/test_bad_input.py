@@ -277,7 +277,7 @@ PPO_ROWS = [
     (["value_loss_fn.clip=0.2"], "value_loss_fn.clip: unknown key"),
     (["grpo.seed=1"], "grpo: a section of algorithm 'grpo', but algorithm is 'ppo'"),
     (["loss_fn.reference_policy_kl_penalty=0.01"], "reference_policy_kl_penalty"),
-    (["algorithm=dpo"], "unknown training loop"),
+    (["algorithm=nosuch"], "unknown training loop"),
 ]
 
 
@@ -360,6 +360,65 @@ def test_resume_of_a_damaged_ppo_run_names_the_file_and_exits_2(damage, extra, f
     assert fragment in out.err and "Traceback" not in out.err + out.out, out.err
     after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     assert after == before  # nothing written, nothing dropped
+
+
+# --- DPO (configs/dpo_tiny.yaml): its section, its pairs, its reference
+DPO = str(ROOT / "configs" / "dpo_tiny.yaml")
+DPO_SMALL = [
+    "policy.tiny.hidden_size=32", "policy.tiny.num_hidden_layers=1",
+    "policy.max_total_sequence_length=20", "policy.generation.max_new_tokens=4",
+    "policy.train_micro_batch_size=8", "policy.train_global_batch_size=16",
+    "dpo.num_prompts_per_step=4", "dpo.num_generations_per_prompt=4", "data.num_val=16",
+    "dpo.val_period=2", "dpo.max_val_samples=16", "dpo.max_num_steps=4", "sft.max_steps=10",
+    "sft.stop_at_accuracy=null", "checkpointing.save_period=2",
+]  # fmt: skip
+ON_DATASET = ["dpo.pairs.source=dataset"]
+
+DPO_ROWS = [
+    (["dpo.use_dynamic_sampling=true"], "dpo: 'use_dynamic_sampling' is not a DPO key"),
+    (["dpo.reward_shaping.enabled=true"], "'reward_shaping' is not a DPO key"),
+    (["dpo.adv_estimator.name=grpo"], "'adv_estimator' is not a DPO key"),
+    (["dpo.skip_reference_policy_logprobs_calculation=true"], "always keeps its reference"),
+    (["dpo.val_batches=4"], "'val_batches' is not a DPO key"),
+    (["dpo.max_num_epochs=1"], "max_num_epochs=1"),
+    (["dpo.reference_policy_kl_penalty=0"], "dpo.reference_policy_kl_penalty"),
+    (["dpo.sft_average_log_probs=true"], "sft_average_log_probs=true is not read"),
+    (["dpo.num_generations_per_prompt=1"], "dpo.num_generations_per_prompt"),
+    (["dpo.pairs.source=nosuch"], "dpo.pairs.source"),
+    (["dpo.pairs.pool_prompts=8"], "pool_prompts=8 is not read with source='on_policy'"),
+    (["dpo.pairs.seed=1"], "dpo.pairs.seed: unknown key"),
+    (["loss_fn.reference_policy_kl_penalty=0.1"], "DPO does not read loss_fn"),
+    (["policy.train_global_batch_size=15"], "must be even under DPO"),
+    (["env.name=retry"], "rlnb's DPO loop pairs single-turn responses"),
+    (["grpo.seed=1"], "grpo: a section of algorithm 'grpo', but algorithm is 'dpo'"),
+    ([*ON_DATASET], "dpo.pairs.source=dataset needs pairs"),
+    ([*ON_DATASET, "dpo.pairs.dataset=missing.jsonl"], "dpo.pairs.dataset: no file at"),
+    ([*ON_DATASET, "dpo.pairs.dataset=no_rejected.jsonl"],
+     "dpo.pairs.dataset: row 1 has no 'rejected' column"),
+    ([*ON_DATASET, "dpo.pairs.dataset=same.jsonl"],
+     "dpo.pairs.dataset: row 0 has identical chosen and rejected responses"),
+    ([*ON_DATASET, "dpo.pairs.dataset=garbage.jsonl"], "could not be read"),
+    ([*ON_DATASET, "dpo.pairs.dataset=long.jsonl"], "longer than policy.max_total_sequence_length"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), DPO_ROWS, ids=lambda x: str(x)[:40])
+def test_rlnb_train_bad_dpo_input_exits_2_names_it_and_writes_nothing(args, fragment, tmp_path,
+                                                                      capsys):
+    good = {"prompt": "1+2=", "chosen": "3", "rejected": "4"}
+    write("no_rejected.jsonl", json.dumps(good) + "\n" + json.dumps({"prompt": "1+1=",
+                                                                     "chosen": "2"}))
+    write("same.jsonl", json.dumps({**good, "rejected": "3"}))
+    write("garbage.jsonl", "{not json\n")
+    write("long.jsonl", json.dumps({**good, "prompt": "1+" * 20 + "=", }))
+    before = files(tmp_path)
+    code = main(["train", DPO, "--no-progress", *DPO_SMALL, *args])
+    out = capsys.readouterr()
+    assert code == 2, out.err
+    assert fragment in out.err, out.err
+    assert "Traceback" not in out.err + out.out
+    assert len(out.err.strip().splitlines()) <= 3, out.err
+    assert files(tmp_path) == before
 
 
 # --- rlnb verify
@@ -514,6 +573,28 @@ def ppo_trainer():
     return rlnb.PPOTrainer(rlnb.load_config(PPO, ["sft.enabled=false"], preset="fast"))
 
 
+def dpo_trainer(*extra):
+    return rlnb.DPOTrainer(rlnb.load_config(DPO, ["sft.enabled=false", *extra], preset="fast"))
+
+
+def dpo_dataset_trainer(rows):
+    return rlnb.DPOTrainer(rlnb.load_config(DPO, ["sft.enabled=false", *ON_DATASET],
+                                            preset="fast"), pairs=rows)
+
+
+def uncopyable_policy():
+    """A policy built without a reference copy, whose model holds what deepcopy cannot copy
+    (a user's model object with a lock, an open handle, ...)."""
+    import threading
+
+    from rlnb.engine.models.policy import Policy
+
+    config = rlnb.load_config(DPO, ["sft.enabled=false"], preset="fast")
+    policy = Policy(config.policy, need_reference=False)
+    policy.model.lock = threading.Lock()
+    return lambda: rlnb.DPOTrainer(config, policy=policy)
+
+
 def grpo_advantage_batch():
     t = tiny_trainer()
     return t.compute_advantages(t.rollout())
@@ -576,6 +657,33 @@ API_ROWS = [
     (lambda: ppo_trainer().update(grpo_advantage_batch()), TypeError,  # a GRPO stage's batch
      "PPOTrainer.update takes the PPOAdvantageBatch that the stage before it returns, got "
      "AdvantageBatch"),
+    (lambda: rlnb.DPOTrainer(42), TypeError, "load_config"),
+    (lambda: rlnb.DPOTrainer(rlnb.load_config(None, preset="fast")), ValueError,
+     "DPOTrainer needs a config with algorithm: dpo; this one has algorithm: 'grpo'"),
+    (uncopyable_policy(), ValueError, "DPO cannot build its reference policy"),
+    (lambda: dpo_trainer().update(None), TypeError,
+     "DPOTrainer.update takes the PreferenceBatch that the stage before it returns, got "
+     "NoneType"),
+    (lambda: dpo_trainer().update(grpo_advantage_batch()), TypeError,
+     "DPOTrainer.update takes the PreferenceBatch"),
+    (lambda: (lambda t: t.update(t.pairs()))(dpo_trainer()), ValueError,
+     r"run trainer.reference_logprobs\(batch\) first"),
+    (lambda: (lambda t: t.compute_loss(t.pairs()))(dpo_trainer()), ValueError,
+     r"run trainer.reference_logprobs\(batch\) first"),
+    (lambda: dpo_trainer("dpo.pairs.source=warm_start", "dpo.pairs.pool_prompts=8").pairs(),
+     ValueError, "no pair in 8 prompts x 4 samples"),  # an untrained policy: always wrong
+    (lambda: dpo_dataset_trainer([{"prompt": "1+1=", "chosen": "2", "rejected": "3"}])
+     .pairs([{"prompt": "1+1="}]), ValueError, r"pairs\(rows=...\) samples pairs"),
+    (lambda: rlnb.DPOTrainer(rlnb.load_config(DPO, ["sft.enabled=false"], preset="fast"),
+                             pairs=[]), ValueError, "pairs= is read with dpo.pairs.source=dataset"),
+    (lambda: dpo_dataset_trainer([{"prompt": "1+1=", "chosen": "2", "rejected": "2"}]),
+     ValueError, "pairs: row 0 has identical chosen and rejected"),
+    (lambda: dpo_dataset_trainer([{"prompt": "1+1=", "chosen": "2"}]), ValueError,
+     "pairs: row 0 has no 'rejected' column"),
+    (lambda: dpo_dataset_trainer([]), ValueError, "pairs: no rows"),
+    (lambda: dpo_dataset_trainer("nope.jsonl"), ValueError, "pairs: no file at 'nope.jsonl'"),
+    (lambda: rlnb.preference_pairs(torch.ones(3), 1), ValueError, "rewards"),
+    (lambda: rlnb.preference_pairs(torch.ones(2, 3), 0), ValueError, "pairs_per_prompt"),
 ]
 
 
@@ -596,6 +704,6 @@ def test_the_cli_prints_no_traceback_in_a_real_process(tmp_path):
 
 
 def test_the_table_has_at_least_60_rows():
-    rows = (TRAIN_ROWS + RESUME_ROWS + PPO_ROWS + PPO_RESUME_ROWS + VERIFY_ROWS + NOTEBOOK_ROWS
-            + API_ROWS + USER_START_ROWS + USER_STEP_ROWS)
+    rows = (TRAIN_ROWS + RESUME_ROWS + PPO_ROWS + PPO_RESUME_ROWS + DPO_ROWS + VERIFY_ROWS
+            + NOTEBOOK_ROWS + API_ROWS + USER_START_ROWS + USER_STEP_ROWS)
     assert len(rows) >= 60, len(rows)

@@ -431,3 +431,58 @@ def test_async_dashboard_stop_ends_trainer_and_collector_in_the_browser(lab, bro
             assert time.monotonic() < deadline, "the importance_weight button changed nothing"
             time.sleep(0.2)
         assert sum("colour: importance_weight, neutral 1 " in t for t in widget_texts(page)) == 2
+
+
+DPO_NOTEBOOK = ROOT / "notebooks" / "09_dpo_vs_grpo.ipynb"
+DPO_PROBE = """# PROBE: the kernel's view for tests/test_browser.py
+import json as _json
+print("STATE " + _json.dumps({
+    "step": trainer.step_count, "next_stage": stepper.next_stage,
+    "plotted": len(dash.columns.get("train/preference_loss", ([], []))[0]),
+    "logged": max(r["step"] for r in run.run_dir.read_metrics()),
+    "quantity": view.quantity.value, "has_scores": stepper.advantages is not None,
+}))"""
+
+
+def test_dpo_stepper_and_pair_view_in_the_browser(lab, browser, tmp_path):
+    """Notebook 09 (DPO) with fast=True, Run All, then the stepper's DPO stages clicked in the
+    page (out of order: refused; in order: Pairs, Reference, Loss, Update, each showing its
+    result, the update plotted and logged) and the pair view's colouring switched to KL."""
+    nb = json.loads(DPO_NOTEBOOK.read_text())
+    for cell in nb["cells"]:
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            src, n = re.subn(r"^fast\s*=\s*False\b", "fast = True", "".join(cell["source"]),
+                             flags=re.M)
+            assert n == 1, src
+            cell["source"] = src
+    nb["cells"].append({**code_cell(DPO_PROBE), "id": "rlnb-test-probe"})
+    nb["metadata"]["kernelspec"] = KERNELSPEC
+    (lab.root / DPO_NOTEBOOK.name).write_text(json.dumps(nb))
+    with notebook_session(browser, lab, DPO_NOTEBOOK.name, tmp_path) as session:
+        page = session.page
+        run_all_cells(page, timeout=600)
+        assert error_outputs(page) == [] and dialogs(page) == []
+        assert error_coloured_outputs(page) == []
+        labels = button_labels(page)
+        for label in ("Pairs", "Reference", "Loss", "Update", "Step"):
+            assert label in labels, (label, labels)
+        graph = dashboard_index(plot_traces(page))
+        state, _ = kernel_state(page)
+        step = state["step"]
+        assert state["next_stage"] == "Pairs" and state["logged"] == step, state
+        stepper_click(page, "Loss", "run Reference first")  # out of order: nothing changes
+        stepper_click(page, "Pairs", rf"PreferenceBatch\(on_policy, step={step}\)")
+        stepper_click(page, "Update", "run Loss first")
+        stepper_click(page, "Reference", r"log π_ref \[B, S\]")
+        stepper_click(page, "Loss", r"PreferenceScores\(")
+        before = plot_trace_lengths(page)[graph]
+        stepper_click(page, "Update", rf"UpdateResult\(step={step + 1}\)")
+        assert wait_for_more_points(page, graph, than=before, timeout=60) == before + 1
+        state, _ = kernel_state(page)
+        assert (state["step"], state["next_stage"], state["logged"]) == (
+            step + 1, "Pairs", step + 1), state
+        click_toggle(page, "kl", nth=0)
+        wait_for_widget_text(page, "colour: kl,", timeout=30)
+        state, _ = kernel_state(page)
+        assert state["quantity"] == "kl", state
+        assert error_outputs(page) == []

@@ -34,8 +34,13 @@ BASE = ["policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
 PPO_BASE = ["policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
             "ppo.val_period=2", "policy.generation.max_new_tokens=4",
             "ppo.policy_training_start_step=0"]  # no critic warm-up: the actor trains at once
+# the same under DPO (its loop section is `dpo`; its loss keys are there, loss_fn is not read)
+DPO_BASE = ["policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
+            "dpo.val_period=2", "policy.generation.max_new_tokens=4"]
 CHOICES = {
     "grpo.adv_estimator.name": estimator_names("grpo"),
+    # a dataset needs its rows (tests/test_dpo.py trains on one; without: refused, naming it)
+    "dpo.pairs.source": ["warm_start"],
     "loss_fn.reference_policy_kl_type": list(KL_ESTIMATORS),
     "loss_fn.truncated_importance_sampling_type": list(TRUNCATED_IS_TYPES),
     "policy.generation.backend": list(GENERATION_BACKENDS),
@@ -91,6 +96,8 @@ OPTIONAL_VALUES = {
     "policy.optimizer.warmup_start_factor": 0.5,
     "value.optimizer.warmup_start_factor": 0.5,
     "policy.lora.quantize": "4bit",  # refused: the tiny model is not loaded with from_pretrained
+    "dpo.max_num_epochs": 1,
+    "dpo.pairs.dataset": "missing.jsonl",
 }
 COMPANIONS = {  # what a variant needs to be meaningful at all
     "loss_fn.truncated_importance_sampling_type": ["loss_fn.use_importance_sampling_correction=true",
@@ -119,6 +126,7 @@ COMPANIONS = {  # what a variant needs to be meaningful at all
     # NeMo-RL's LinearLR start factor: against rlnb's (s+1)/W ramp (0.25 at the first step)
     "policy.optimizer.warmup_start_factor": ["policy.optimizer.warmup_steps=4"],
     "value.optimizer.warmup_start_factor": ["value.optimizer.warmup_steps=4"],
+    "dpo.sft_average_log_probs": ["dpo.sft_loss_weight=0.5"],  # it shapes the SFT term
 }
 # PPO's copies of GRPO's shared settings need the same values and companions
 for _k in [k for k in OPTIONAL_VALUES if k.startswith("grpo.reward_shaping.")]:
@@ -134,6 +142,7 @@ WITH = {
         "loss_fn.reference_policy_kl_penalty=0.05"],
     "grpo.reward_shaping.enabled": ["grpo.reward_shaping.stop_properly_penalty_coef=0.5"],
     "grpo.reward_scaling.enabled": ["grpo.reward_scaling.source_max=2"],
+    "dpo.pairs.source": ["dpo.pairs.pool_prompts=8"],  # a small pool: seconds, not minutes
 }
 # loss options whose effect needs a batch the policy has moved away from (one step of the tiny
 # model moves it by ~1e-5): their effect is asserted with hand-derived numbers on such batches
@@ -201,9 +210,11 @@ def variants() -> list[tuple[str, list[str]]]:
     found = []
     base_config = rlnb.load_config(None, BASE, preset="fast")
     ppo_config = rlnb.load_config(packaged_config("ppo_tiny"), PPO_BASE, preset="fast")
+    dpo_config = rlnb.load_config(packaged_config("dpo_tiny"), DPO_BASE, preset="fast")
     for key, ann, model_default in leaves(MasterConfig):
         ppo = key.startswith(("ppo.", "value.", "value_loss_fn."))
-        default = dotted(ppo_config if ppo else base_config, key)
+        loop = dpo_config if key.startswith("dpo.") else ppo_config if ppo else base_config
+        default = dotted(loop, key)
         default = model_default if default is None and model_default is not None else default
         args = typing.get_args(ann)
         if key in CHOICES or typing.get_origin(ann) is Literal:
@@ -234,6 +245,7 @@ PREFIX_COMPANIONS = {  # a section that only exists (or only acts) with another 
     "sft.": ["sft.enabled=true", "sft.max_steps=6", "sft.eval_every=3", "sft.eval_prompts=8",
              "sft.cache=false", "sft.stop_at_accuracy=null"],
     "ppo.": ["algorithm=ppo"], "value.": ["algorithm=ppo"], "value_loss_fn.": ["algorithm=ppo"],
+    "dpo.": ["algorithm=dpo"],
     "policy.generation.vllm.": ["policy.generation.backend=vllm"],
     "policy.lora.": ["policy.lora.enabled=true"],
     # the async loop needs the importance-sampling correction and recomputed prev_logprobs
@@ -264,9 +276,10 @@ def one_step(overrides: list[str]) -> dict:
     from rlnb.engine.trainers.loops import make_trainer
     from rlnb.engine.trainers.warm_start import warm_start
 
-    ppo = "algorithm=ppo" in overrides
-    source = packaged_config("ppo_tiny") if ppo else None
-    config = rlnb.load_config(source, [*(PPO_BASE if ppo else BASE), *overrides], preset="fast")
+    loop = next((x.split("=")[1] for x in overrides if x.startswith("algorithm=")), "grpo")
+    source = packaged_config(f"{loop}_tiny") if loop != "grpo" else None
+    base = {"grpo": BASE, "ppo": PPO_BASE, "dpo": DPO_BASE}[loop]
+    config = rlnb.load_config(source, [*base, *overrides], preset="fast")
     trainer = make_trainer(config)
     scripted_rewards(trainer.task)
     if config.sft.enabled:
@@ -275,8 +288,10 @@ def one_step(overrides: list[str]) -> dict:
     metrics = {k: v for r in records for k, v in r.items() if not k.startswith("timing/")}
     last = records[-1]
     modules = [trainer.policy.model, *(m for m, _, _ in trainer.checkpoint_parts().values())]
+    # DPO's step carries its pairs' scores where GRPO's carries advantages: their implicit rewards
+    scores = getattr(last.advantages, "advantages", None)
     return {"metrics": metrics, "tokens": last.rollout.input_ids,
-            "advantages": last.advantages.advantages,
+            "advantages": last.advantages.rewards if scores is None else scores,
             "weights": [p.detach().clone() for m in modules for p in m.parameters()]}
 
 

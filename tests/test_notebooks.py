@@ -338,6 +338,25 @@ def _reproducing_findings(nb):
     assert any(t.startswith("Push per token on incorrect") for t in titles), titles
 
 
+def _dpo_vs_grpo(nb):
+    out = stdout(nb)
+    assert "rolled layout == stored[:, 1:]: True" in out  # NeMo-RL's reference layout
+    assert "loss == the formula's: True" in out  # formula == dpo_loss == compute_loss == dry run
+    assert "weights unchanged by the dry run: True" in out
+    assert "PreferenceBatch(dataset" in out  # the pairs written as .jsonl, read back
+    html = mime_outputs(nb, "text/html")
+    assert any("rlnb dashboard</b>" in h and "preference loss" in h for h in html), (
+        "no DPO dashboard snapshot")
+    assert any("margin ρ_c − ρ_r" in h for h in html), "no token view of a pair"
+    tables = [h for h in html if "<table" in h]
+    assert any("offline DPO" in t and "on-policy DPO" in t and "GRPO" in t and "gain" in t
+               for t in tables), "no comparison table"
+    figures = mime_outputs(nb, PLOTLY_JSON)
+    titles = [f.get("layout", {}).get("title", {}).get("text", "") for f in figures]
+    assert any(t.startswith("held-out accuracy over training time") for t in titles), titles
+    _widgets_have_static_twins(nb)
+
+
 EXTRA_CHECKS = {
     "01_grpo_step_by_step": [_grpo_step_by_step],
     "02_advantage_estimators": [_advantage_estimators],
@@ -346,6 +365,7 @@ EXTRA_CHECKS = {
     "05_ppo_value_model": [_ppo_value_model],
     "06_async_grpo": [_async_grpo],
     "07_reproducing_findings": [_reproducing_findings],
+    "09_dpo_vs_grpo": [_dpo_vs_grpo],
 }
 
 

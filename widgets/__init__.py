@@ -6,9 +6,11 @@
 - ``Dashboard``: live reward / KL / entropy / clip fraction / length / timing plots, a Stop
   button, a smoothing control, and metric cards (formula, expected range, what to check) behind
   an info toggle; its panels are defined in ``panels.py``.
-- ``StageStepper``: Rollout / Advantages / Update / Step / Run N / Stop buttons.
+- ``StageStepper``: Rollout / Advantages / Update / Step / Run N / Stop buttons (PPO and DPO:
+  their own stages).
 - ``RolloutInspector`` and ``TokenView``: one group side by side; tokens coloured by advantage,
-  ratio, KL, entropy or the generation-vs-training log-prob gap.
+  ratio, KL, entropy or the generation-vs-training log-prob gap (DPO's pairs: ``PairView``, the
+  chosen and rejected responses coloured by log π - log π_ref).
 - ``EstimatorComparison``: one frozen batch through every estimator and loss setting.
 - ``ConfigPanel``: edit hyperparameters between steps.
 - ``RewardWorkbench``: a run's reward functions on hand-written or sampled completions, per row
@@ -25,7 +27,7 @@ from rlnb.widgets.cards import MetricCard, metric_card
 from rlnb.widgets.comparison import EstimatorComparison
 from rlnb.widgets.config_panel import ConfigPanel
 from rlnb.widgets.dashboard import Dashboard
-from rlnb.widgets.inspector import RolloutInspector, TokenView
+from rlnb.widgets.inspector import PairView, RolloutInspector, TokenView
 from rlnb.widgets.panels import DEFAULT_PANELS, Panel
 from rlnb.widgets.reward_workbench import RewardWorkbench, signal_figure
 from rlnb.widgets.static import ensure_plotlyjs, figure_bundle, figure_html, show, table_html
@@ -34,7 +36,7 @@ from rlnb.widgets.sweep_report import sweep_figures
 
 __all__ = [
     "DEFAULT_PANELS", "ConfigPanel", "Dashboard", "EstimatorComparison", "MetricCard", "Panel",
-    "RewardWorkbench", "RolloutInspector", "StageStepper", "TokenView", "ensure_plotlyjs",
+    "PairView", "RewardWorkbench", "RolloutInspector", "StageStepper", "TokenView", "ensure_plotlyjs",
     "figure_bundle", "figure_html", "metric_card", "show", "signal_figure", "sweep_figures",
     "table_html",
 ]

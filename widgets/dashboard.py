@@ -1,5 +1,5 @@
 """The live training dashboard: reward, KL, entropy, clipping, length and stage timings (PPO:
-value loss and explained variance instead of entropy and length).
+value loss and explained variance instead of entropy and length; DPO: its own, ``DPO_PANELS``).
 
     dash = Dashboard(run)   # a TrainingRun (steps logged to its run dir) or a bare trainer
     dash.display()          # live plots + Stop button + metric cards (info toggle)
@@ -30,8 +30,10 @@ Implementation choices:
 5) The static twin (``static_html``) is a plotly figure plus a table of the last values; it is
    refreshed in the saved output when a run ends.
 6) The panels follow the trainer's loop (``LOOP_PANELS`` by ``trainer.loop_section``): PPO shows
-   its critic's value loss and explained variance. What each panel draws (the reward's interval,
-   smoothing, undefined points) is in ``panels.py``; the smoothing control only redraws.
+   its critic's value loss and explained variance; DPO its preference loss, implicit rewards,
+   the pairs' log-probs, preference accuracy and KL to the reference. What each panel draws
+   (the reward's interval, smoothing, undefined points) is in ``panels.py``; the smoothing
+   control only redraws.
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ from typing import Any
 import numpy as np
 
 from rlnb.widgets.cards import metric_card
-from rlnb.widgets.panels import (  # noqa: F401 (ASYNC/PPO/LOOP_PANELS: imported from here too)
+from rlnb.widgets.panels import (  # noqa: F401 (ASYNC/PPO/DPO/LOOP_PANELS: imported from here too)
     ASYNC_PANELS,
     DEFAULT_PANELS,
+    DPO_PANELS,
     LOOP_PANELS,
     PPO_PANELS,
     SMOOTHING,

@@ -2,6 +2,7 @@
 
     RolloutInspector(trainer, batch, advantages).display()
     TokenView(trainer, batch, advantages, quantity="ratio").display()
+    TokenView(dpo_trainer, pairs, scores).display()     # DPO's pairs: a PairView
 
 The inspector shows a group's responses with reward, sequence advantage, length and truncation,
 and flags groups whose rewards are all equal (zero std: GRPO gives them no learning signal).
@@ -11,6 +12,9 @@ generation-vs-training log-prob gap (diverging colours around the neutral value,
 number), or the importance weight exp of that gap (the async loop's stale groups). Full
 colour is the group's largest deviation from the neutral value, but never less than a floor
 per quantity (``SCALE_FLOOR``), so float rounding is not drawn as if it were an effect.
+Given DPO's pairs (a ``PreferenceBatch``), it is a ``PairView``: a pair's chosen and rejected
+responses one above the other, every token coloured by log π - log π_ref, its share of the
+implicit reward, so the tokens that carry the margin ρ_chosen - ρ_rejected stand out.
 """
 
 from __future__ import annotations
@@ -93,7 +97,13 @@ def token_html(tokenizer, batch, stats, quantity: str, rows: list[int]) -> str:
 
 
 class TokenView(LiveAndStatic):
-    """Response tokens coloured by a per-token quantity, for one group of a frozen batch."""
+    """Response tokens coloured by a per-token quantity, for one group of a frozen batch (DPO's
+    pairs: a ``PairView``)."""
+
+    def __new__(cls, trainer, batch, *args, **kwargs):
+        if cls is TokenView and hasattr(batch, "chosen") and hasattr(batch, "pair"):
+            return PairView(trainer, batch, *args, **kwargs)  # not a TokenView: no second init
+        return super().__new__(cls)
 
     def __init__(self, trainer, batch, advantages=None, *, quantity: str = "advantage",
                  group: int = 0, kl_type: str = "k3"):
@@ -164,3 +174,85 @@ class RolloutInspector(LiveAndStatic):
 
     def static_html(self) -> str:
         return self.header.value + self.table.value
+
+
+# ------------------------------------------------------------------------------------ DPO pairs
+PAIR_QUANTITIES = ("log_ratio", "logprob", "reference_logprob", "kl")
+
+
+def pair_stats(scores) -> dict:
+    """Per-token ``[B, S]`` quantities of scored pairs (``PreferenceScores``): ``log_ratio`` =
+    log π - log π_ref (summed over a response: its implicit reward ρ), ``logprob``,
+    ``reference_logprob`` and the exact ``kl`` to the reference."""
+    b = scores.batch
+    return {"log_ratio": scores.log_ratios(), "logprob": scores.logprobs,
+            "reference_logprob": b.reference_logprobs * b.token_mask, "kl": scores.kl}
+
+
+def pair_html(tokenizer, scores, quantity: str, pair: int) -> str:
+    """HTML: the chosen row above the rejected one, each token a coloured span (title = value),
+    each row with its ρ, then the margin and the pair's loss."""
+    b, values = scores.batch, pair_stats(scores)[quantity]
+    rows = [2 * pair, 2 * pair + 1]
+    mask = b.token_mask
+    neutral = 0.0 if quantity in ("log_ratio", "kl") else float(values[rows][mask[rows] > 0].mean())
+    picked = values[rows][mask[rows] > 0]
+    scale = float((picked - neutral).abs().max()) if picked.numel() else 1.0
+    lines = []
+    for r, side in zip(rows, ("chosen", "rejected")):
+        spans = []
+        for t in (mask[r] > 0).nonzero().flatten().tolist():
+            tok = tokenizer.decode([int(b.input_ids[r, t])])
+            v = float(values[r, t])
+            spans.append(f"<span title='{quantity} = {v:.4g}' style='background:"
+                         f"{colour(v, neutral, scale)};padding:1px 2px;margin:0 1px;"
+                         f"border-radius:2px'>{html.escape(tok) or '∅'}</span>")
+        lines.append(f"<div style='font-family:monospace;margin:2px 0'><b>{side:>8}</b> ρ = "
+                     f"{float(scores.rewards[r]):+.4f} │ {''.join(spans)}</div>")
+    kept = bool(b.kept[pair])
+    lines.append(f"<div style='font-size:90%'>margin ρ_c − ρ_r = {float(scores.margins[pair]):+.4f}"
+                 f", loss −log σ(β·margin) = {float(scores.losses[pair]):.4f} (β = {scores.beta:g})"
+                 f"{'' if kept else ' — an empty slot: not in the loss'}</div>")
+    legend = (f"<div style='font-size:90%'><b>{html.escape(b.prompts[2 * pair])}</b> — colour: "
+              f"<b>{quantity}</b>, neutral {neutral:.3g} (blue below, red above), full colour at "
+              f"±{scale:.3g}; the colours of a row sum to its ρ with log_ratio</div>")
+    return legend + "".join(lines)
+
+
+class PairView(LiveAndStatic):
+    """DPO's pairs, token by token: pick a pair and what colours its tokens.
+
+    Args: ``trainer`` (a DPOTrainer), ``batch`` (a PreferenceBatch), ``scores`` (its
+    ``compute_loss``; computed here, reference log-probs first, if None), ``quantity`` one of
+    ``PAIR_QUANTITIES``, ``pair`` (``group`` is accepted too, as TokenView's name for it).
+    """
+
+    def __init__(self, trainer, batch, scores=None, *, quantity: str = "log_ratio",
+                 pair: int | None = None, group: int | None = None, kl_type: str | None = None):
+        import ipywidgets as w
+
+        if batch.reference_logprobs is None:
+            trainer.reference_logprobs(batch)
+        self.trainer, self.batch = trainer, batch
+        self.scores = scores if scores is not None else trainer.compute_loss(batch)
+        kept = batch.kept.tolist()
+        first = next((k for k, ok in enumerate(kept) if ok), 0)
+        options = [(f"pair {k}: {batch.prompts[2 * k][:40]!r}"
+                    f"{'' if ok else ' (empty)'}", k) for k, ok in enumerate(kept)]
+        start = pair if pair is not None else group if group is not None else first
+        self.pair = w.Dropdown(options=options, value=start, description="pair")
+        self.quantity = w.ToggleButtons(options=list(PAIR_QUANTITIES),
+                                        value="log_ratio" if quantity == "advantage"
+                                        else quantity, description="colour by")
+        self.view = w.HTML()
+        self.pair.observe(lambda _: self.render(), names="value")
+        self.quantity.observe(lambda _: self.render(), names="value")
+        self.widget = w.VBox([self.pair, self.quantity, self.view])
+        self.render()
+
+    def render(self) -> None:
+        self.view.value = pair_html(self.trainer.policy.tokenizer, self.scores,
+                                    self.quantity.value, self.pair.value)
+
+    def static_html(self) -> str:
+        return self.view.value

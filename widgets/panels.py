@@ -94,8 +94,19 @@ ASYNC_PANELS = (
     Panel("waiting (s)", ("timing/train/wait_for_trajectories",
                           "timing/async/collector_wait_for_weights")),
 )
+# DPO: the pairs' loss, implicit rewards and log-probs, preference accuracy, KL to the reference
+DPO_PANELS = (
+    DEFAULT_PANELS[0],  # the sampled answers' reward (on-policy pairs) and held-out accuracy
+    Panel("preference loss", ("train/preference_loss",)),
+    Panel("implicit reward (without β)", ("train/rewards_chosen_mean",
+                                          "train/rewards_rejected_mean", "train/reward_margin")),
+    Panel("log-prob of the pairs (nats/response)", ("train/logprobs_chosen",
+                                                    "train/logprobs_rejected")),
+    Panel("preference accuracy", ("train/accuracy",), y_range=(0.0, 1.0)),
+    Panel("KL to the reference (nats/token)", ("train/kl_to_reference",)),
+)
 # a trainer's loop (``loop_section``) -> its panels (an async GRPO trainer: ASYNC_PANELS)
-LOOP_PANELS = {"grpo": DEFAULT_PANELS, "ppo": PPO_PANELS}
+LOOP_PANELS = {"grpo": DEFAULT_PANELS, "ppo": PPO_PANELS, "dpo": DPO_PANELS}
 
 TIMING_NAMES = {
     "timing/train/generation": "generation",
@@ -112,8 +123,8 @@ SMOOTHING = (("off", 1), ("10 steps", 10), ("50 steps", 50), ("200 steps", 200))
 
 
 def panels_for(trainer=None, history: Iterable[dict[str, Any]] = ()) -> tuple[Panel, ...]:
-    """The panels of a trainer's loop (``LOOP_PANELS``); without a trainer, PPO's when the
-    history holds critic metrics, else the default. A task of reward functions adds a panel of
+    """The panels of a trainer's loop (``LOOP_PANELS``); without a trainer, DPO's or PPO's when
+    the history holds preference or critic metrics, else the default. A task of reward functions adds a panel of
     its components; one with no notion of correct (a history without accuracy but with the
     held-out reward) marks the held-out reward, not accuracy."""
     if trainer is not None:
@@ -125,7 +136,9 @@ def panels_for(trainer=None, history: Iterable[dict[str, Any]] = ()) -> tuple[Pa
         return task_panels(panels, [f.name for f in getattr(task, "funcs", ())],
                            getattr(task, "defines_correct", True))
     keys = {k for record in history for k in record}
-    if any(k.startswith("critic/") for k in keys):
+    if "train/preference_loss" in keys:
+        panels = DPO_PANELS
+    elif any(k.startswith("critic/") for k in keys):
         panels = PPO_PANELS
     else:
         panels = ASYNC_PANELS if "train/buffer_size" in keys else DEFAULT_PANELS

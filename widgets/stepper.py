@@ -3,13 +3,16 @@
     stepper = StageStepper(run, dashboard=dash)   # a TrainingRun (or a bare trainer)
     stepper.display()      # Rollout | Advantages | Update | Step | Run N | Stop
                            # PPO: Rollout | Values | Advantages | Update | ...
+                           # DPO: Pairs | Reference | Loss | Update | ...
 
 Rollout -> Advantages -> Update (PPO: Rollout -> Values -> Advantages -> Update, where Update is
-``ppo_epochs`` passes of the critic, then the policy) is one step taken by hand (the stepper
+``ppo_epochs`` passes of the critic, then the policy; DPO: Pairs -> Reference -> Loss -> Update)
+is one step taken by hand (the stepper
 then logs it like a step of the run and feeds the dashboard); Step runs them all at once; Run N
 trains N steps through the dashboard (in the background, so Stop works). The next stage's
 button is highlighted. The last results stay on the object (``stepper.rollout``, ``.values``,
-``.advantages``, ``.result``) for the cells below.
+``.advantages``, ``.result``; DPO: the pairs in ``.rollout``, their scores in ``.advantages``)
+for the cells below.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from rlnb.widgets.static import LiveAndStatic
 
 STAGES = ("Rollout", "Advantages", "Update")
 # a trainer's loop (``loop_section``) -> its stages, in order
-LOOP_STAGES = {"grpo": STAGES, "ppo": ("Rollout", "Values", "Advantages", "Update")}
+LOOP_STAGES = {"grpo": STAGES, "ppo": ("Rollout", "Values", "Advantages", "Update"),
+               "dpo": ("Pairs", "Reference", "Loss", "Update")}
 
 
 class StageStepper(LiveAndStatic):
@@ -35,15 +39,20 @@ class StageStepper(LiveAndStatic):
         self.stages = LOOP_STAGES.get(getattr(self.trainer, "loop_section", "grpo"), STAGES)
         self.rollout = self.values = self.advantages = self.result = None
         self._trained = False  # the current batch has been through Update: roll out again
+        self._referenced = False  # DPO: the current pairs have their reference log-probs
         self._started: float | None = None
-        self.next_stage = "Rollout"
-        ppo = "Values" in self.stages
+        self.next_stage = self.stages[0]
+        ppo, dpo = "Values" in self.stages, "Pairs" in self.stages
         tips = {
             "Rollout": "stage 1: sample P prompts x G responses and score them",
             "Values": "stage 2: the critic's value of every token (no side effects)",
             "Advantages": f"stage {2 + ppo}: rewards -> per-token advantages (no side effects)",
             "Update": (f"stage 4: {self.trainer.config.ppo.ppo_epochs} passes of the critic, "
-                       "then the policy" if ppo else "stage 3: loss and one optimizer step"),
+                       "then the policy" if ppo else "stage 4: the DPO loss and an optimizer step"
+                       if dpo else "stage 3: loss and one optimizer step"),
+            "Pairs": "stage 1: this step's chosen/rejected pairs (sampled and scored, or read)",
+            "Reference": "stage 2: the reference policy's log-probs of the pairs",
+            "Loss": "stage 3: implicit rewards, margins and the loss now (no side effects)",
             "Step": "all the stages",
             "Run N": "train N steps (plots update live; Stop ends it)",
             "Stop": "end Run N after the current step",
@@ -70,7 +79,8 @@ class StageStepper(LiveAndStatic):
         try:
             {"Rollout": self.do_rollout, "Values": self.do_values,
              "Advantages": self.do_advantages, "Update": self.do_update, "Step": self.do_step,
-             "Run N": self.do_run, "Stop": self.dashboard.stop}[name]()
+             "Run N": self.do_run, "Stop": self.dashboard.stop, "Pairs": self.do_pairs,
+             "Reference": self.do_reference, "Loss": self.do_loss}[name]()
         except Exception as err:  # shown in the widget; the notebook keeps running
             self._show(f"<pre style='color:#b00'>{html.escape(type(err).__name__)}: "
                        f"{html.escape(str(err))}</pre>")
@@ -122,18 +132,64 @@ class StageStepper(LiveAndStatic):
         self._show(_pre(self.advantages.summary()) + frame.head(32).to_html(max_rows=32))
         return self.advantages
 
+    # DPO's stages: the pairs in self.rollout, their scores in self.advantages
+    def do_pairs(self):
+        """DPO's stage 1: this step's pairs (``trainer.pairs``)."""
+        self._check_idle()
+        self._started = time.perf_counter()
+        self.rollout = self.trainer.pairs()
+        self.advantages = self.result = None
+        self._trained, self._referenced = False, False
+        self.next_stage = "Reference"
+        self._show(_pre(self.rollout.summary()) + self.rollout.to_frame().head(32).to_html())
+        return self.rollout
+
+    def do_reference(self):
+        """DPO's stage 2: the reference's log-probs of the pairs."""
+        self._check_idle()
+        if self.rollout is None:
+            raise ValueError("run Pairs first: there are no pairs to score")
+        self._check_untrained()
+        self.trainer.reference_logprobs(self.rollout)
+        self._referenced = True
+        self.next_stage = "Loss"
+        b = self.rollout
+        per_row = (b.reference_logprobs * b.token_mask).sum(1)  # [B]
+        frame = b.to_frame()
+        frame["ref logprob chosen"] = per_row[0::2].tolist()
+        frame["ref logprob rejected"] = per_row[1::2].tolist()
+        self._show(_pre(f"log π_ref [B, S] = {tuple(b.reference_logprobs.shape)}: summed over "
+                        "each response") + frame.head(32).to_html())
+        return self.rollout
+
+    def do_loss(self):
+        """DPO's stage 3: implicit rewards, margins and the loss (no side effects)."""
+        self._check_idle()
+        if not self._referenced:
+            raise ValueError("run Reference first: the loss compares the policy with the "
+                             "reference's log-probs")
+        self._check_untrained()
+        self.advantages = self.trainer.compute_loss(self.rollout)
+        self.next_stage = "Update"
+        self._show(_pre(self.advantages.summary())
+                   + self.advantages.to_frame().head(32).to_html())
+        return self.advantages
+
     def do_update(self):
         self._check_idle()
         self._check_untrained()
         if self.advantages is None:
-            raise ValueError("run Advantages first: Update trains on an AdvantageBatch")
-        self.result = self.trainer.update(self.advantages)
+            raise ValueError("run Loss first: Update trains on the scored pairs" if "Pairs" in
+                             self.stages else
+                             "run Advantages first: Update trains on an AdvantageBatch")
+        batch = self.rollout if "Pairs" in self.stages else self.advantages
+        self.result = self.trainer.update(batch)
         self._trained = True
         seconds = time.perf_counter() - self._started if self._started else None
         metrics = self.trainer.record_step(self.rollout, self.advantages, self.result, seconds)
         self._log(metrics)  # to the run directory, like a step of the loop
         self.dashboard.update(metrics)
-        self.next_stage = "Rollout"
+        self.next_stage = self.stages[0]
         self._show(_pre(self.result.summary()))
         return self.result
 
@@ -146,7 +202,7 @@ class StageStepper(LiveAndStatic):
                     metrics.rollout, metrics.advantages, metrics.result)
                 self.values = getattr(metrics.advantages, "values", None)
         self._trained = True
-        self.next_stage = "Rollout"
+        self.next_stage = self.stages[0]
         self._show(_pre(f"step {self.trainer.step_count}\n{self.result.summary()}"))
         return metrics
 
@@ -160,8 +216,8 @@ class StageStepper(LiveAndStatic):
     # ------------------------------------------------------------------ views
     def _check_untrained(self):
         if self._trained:
-            raise ValueError("run Rollout first: this batch has already been trained on (its "
-                             "log-probs are no longer the policy's)")
+            raise ValueError(f"run {self.stages[0]} first: this batch has already been trained "
+                             "on (its log-probs are no longer the policy's)")
 
     def _check_idle(self):
         if self.dashboard.running:

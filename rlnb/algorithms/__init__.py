@@ -76,6 +76,7 @@ from rlnb.algorithms.preference import (
     per_row_nll,
     preference_loss,
 )
+from rlnb.algorithms.preference_pairs import preference_pairs
 from rlnb.algorithms.reduction import global_valid_counts, reduce_loss, sum_partial_metrics
 from rlnb.algorithms.reinforce_plus_plus import (
     ReinforcePlusPlusAdvantageEstimator,
@@ -129,7 +130,7 @@ __all__ = [
     "ClippedPGLossConfig", "ClippedPGLossFn", "clipped_pg_loss", "loss_config",
     "probability_ratio", "clipped_surrogate", "positive_example_nll",
     "DPOLossConfig", "DPOLossFn", "NLLLoss", "PreferenceLoss", "dpo_loss", "nll_loss",
-    "per_row_nll", "preference_loss",
+    "per_row_nll", "preference_loss", "preference_pairs",
     "global_valid_counts", "reduce_loss", "sum_partial_metrics",
     "MseValueLossFn", "ValueLossConfig", "clipped_value_loss", "explained_variance",
     "DynamicSamplingResult", "DynamicSamplingState", "dynamic_sampling", "select_nonzero_std",

@@ -350,7 +350,8 @@ class DPOLossFn:
         global_valid_seqs,
         global_valid_toks=None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The same loss from the next-token log-probs ``[B, S-1]`` already computed."""
+        """The same loss from the current log-probs ``[B, S-1]`` (index t = log-prob of token
+        t+1) already computed, as a trainer's forward pass gives them."""
         token_mask = _require(data, "token_mask", "DPOLossFn")
         sample_mask = _require(data, "sample_mask", "DPOLossFn")
         ref = _require(data, "reference_policy_logprobs", "DPOLossFn")

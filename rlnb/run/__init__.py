@@ -12,12 +12,12 @@ the power of a paired design), ``launch`` (``rlnb launch``: one notebook on N ra
 machine or several), ``ablation`` (``rlnb.ablate``: arms over paired seeds through the
 executors), ``effects`` (its table: reductions, paired intervals, detectable effects),
 ``findings`` (published claims as ablations), ``mechanisms`` (what their knobs do to one
-frozen batch).
+frozen batch), ``timed`` (``train_for``: a wall-time budget, accuracy checkpoints off the clock).
 """
 
 _MODULES = ("ablation", "accelerator", "atomic", "checkpoint", "effects", "executors",
             "findings", "launch", "loggers", "master_config", "mechanisms", "notebooks",
-            "rollout_store", "rundir", "session", "stats", "sweep", "sweep_summary",
+            "rollout_store", "rundir", "session", "stats", "sweep", "sweep_summary", "timed",
             "warm_start_cache")
 
 

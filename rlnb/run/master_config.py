@@ -4,6 +4,7 @@ overrides.
     rlnb train configs/tiny.yaml grpo.num_prompts_per_step=8 loss_fn.ratio_clip_max=0.28
     load_config(None, ["grpo.seed=1"], preset="fast")     # the default, shrunk for tests
     load_config(packaged_config("ppo_tiny"))              # algorithm: ppo (PPO with a critic)
+    load_config(packaged_config("dpo_tiny"))              # algorithm: dpo (DPO on sampled pairs)
 
 Implementation choices:
 1) One typed section per concern, each defined next to the code it configures (``policy`` in
@@ -19,10 +20,10 @@ Implementation choices:
    overrides. Its ``grpo`` section shrinks whichever loop the config names (``ppo`` under
    ``algorithm: ppo``).
 5) ``algorithm`` names the training loop (``engine/trainers/loops.py``). Each loop's own sections
-   (``grpo``; ``ppo``, ``value``, ``value_loss_fn``) exist only under that loop: another loop's
-   section is refused at load time (it would be silently ignored), and the written config leaves
-   out the absent sections and the default ``algorithm: grpo``, so a GRPO run's config.yaml is
-   what it was before PPO existed.
+   (``grpo``; ``ppo``, ``value``, ``value_loss_fn``; ``dpo``) exist only under that loop: another
+   loop's section is refused at load time (it would be silently ignored), and the written config
+   leaves out the absent sections and the default ``algorithm: grpo``, so a GRPO run's
+   config.yaml is what it was before PPO existed.
 6) ``imports`` names modules imported before the rest is checked, so a plug-in registered from
    a module (an estimator, a task, a generation backend: each one file and one registry entry)
    is as valid in a config file or a ``rlnb train`` override as a built-in one.
@@ -49,6 +50,7 @@ from rlnb.engine.environments.run_task import check_reward_rules
 from rlnb.engine.environments.tasks import TaskConfig
 from rlnb.engine.models.policy import PolicyConfig
 from rlnb.engine.models.value import ValueConfig
+from rlnb.engine.trainers.dpo_config import DPOConfig
 from rlnb.engine.trainers.grpo import GRPOConfig
 from rlnb.engine.trainers.loop_config import OVERRIDE_ALIASES, check_loop_rules
 from rlnb.engine.trainers.loops import LOOPS, loop_sections
@@ -81,7 +83,7 @@ class MasterConfig(Config):
         description="Python modules imported before the rest of the config is checked: a "
         "plug-in's registrations (register_estimator, register_task, "
         "register_generation_backend), so their names are valid here (choice 6).")
-    algorithm: str = Field("grpo", description="The training loop: 'grpo' or 'ppo'.")
+    algorithm: str = Field("grpo", description="The training loop: 'grpo', 'ppo' or 'dpo'.")
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     loss_fn: ClippedPGLossConfig = Field(default_factory=ClippedPGLossConfig)
     grpo: GRPOConfig | None = _loop_section(description="GRPO's loop (algorithm: grpo).")
@@ -89,6 +91,8 @@ class MasterConfig(Config):
     value: ValueConfig | None = _loop_section(description="PPO's value model (algorithm: ppo).")
     value_loss_fn: ValueLossConfig | None = _loop_section(
         description="PPO's critic loss, NeMo-RL's MseValueLossConfig (algorithm: ppo).")
+    dpo: DPOConfig | None = _loop_section(
+        description="DPO's loop and loss, NeMo-RL's dpo section (algorithm: dpo).")
     sft: SFTConfig = Field(default_factory=SFTConfig)
     data: TaskConfig = Field(default_factory=TaskConfig)
     reward_funcs: list[RewardFuncConfig] = Field(

@@ -50,7 +50,8 @@ from rlnb.run.rollout_store import CHUNK_STEPS, RolloutStore
 
 # Dotted config keys (and prefixes of them) that may differ when resuming: they change what is
 # logged and when the run stops, never the numbers it computes.
-RESUMABLE_KEYS = ("logger", "checkpointing.save_period", "grpo.max_num_steps")
+RESUMABLE_KEYS = ("logger", "checkpointing.save_period", "grpo.max_num_steps",
+                  "dpo.max_num_steps")
 _MISSING = "<missing>"
 
 

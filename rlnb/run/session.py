@@ -305,7 +305,10 @@ class TrainingRun:
 
 
 def rollout_table(rollout, advantages) -> dict[str, Any]:
-    """Per-response token-level record of one step (lists of per-token values per row)."""
+    """Per-response token-level record of one step (lists of per-token values per row); a
+    batch that writes its own (DPO's pairs: ``PreferenceBatch.rollout_table``) is asked."""
+    if hasattr(rollout, "rollout_table"):
+        return rollout.rollout_table(advantages)
 
     def rows(x):
         return None if x is None else [r.tolist() for r in x]

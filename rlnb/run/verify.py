@@ -78,6 +78,16 @@ ASYNC_NOT_COMPARED = ("tokens, rewards, advantages, metrics and weights depend o
                       "thread's timing and are not compared")
 
 
+# the rollout columns compared, where the loop logs them (DPO: no advantages, its log-probs)
+ROLLOUT_COLUMNS = ("input_ids", "reward", "advantages", "reference_logprobs", "logprobs")
+
+
+def _number(x) -> float | None:
+    """A logged value as a float, NaN as None (a dataset's pairs have no task reward)."""
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
 def _same(a, b) -> bool:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
@@ -168,10 +178,10 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
             saved = rollouts.read(s)
             table = rollout_table(metrics.rollout, metrics.advantages)
             row["rollouts"] = "same"
-            for col in ("input_ids", "reward", "advantages"):
-                a = [list(map(float, x)) if hasattr(x, "__len__") else float(x)
+            for col in (c for c in ROLLOUT_COLUMNS if c in table):
+                a = [list(map(_number, x)) if hasattr(x, "__len__") else _number(x)
                      for x in saved[col]]
-                b = [list(map(float, x)) if isinstance(x, list) else float(x)
+                b = [list(map(_number, x)) if isinstance(x, list) else _number(x)
                      for x in table[col]]
                 if a != b:
                     row["rollouts"] = f"{col} differs"

@@ -26,6 +26,9 @@ RECONFIGURABLE = (
     "grpo.use_leave_one_out_baseline", "grpo.advantage_clip_low", "grpo.advantage_clip_high",
     "grpo.overlong_filtering", "grpo.val_period", "grpo.max_val_samples",
     "ppo.adv_estimator.", "ppo.val_period", "ppo.max_val_samples", "ppo.ppo_epochs",
+    "dpo.reference_policy_kl_penalty", "dpo.preference_loss_weight", "dpo.sft_loss_weight",
+    "dpo.preference_average_log_probs", "dpo.sft_average_log_probs", "dpo.val_period",
+    "dpo.max_val_samples",
     "policy.optimizer.lr", "policy.max_grad_norm", "policy.generation.temperature",
     "policy.generation.top_p", "policy.generation.top_k", "value.optimizer.lr",
 )

@@ -115,12 +115,16 @@ def needs_reference(config) -> bool:
     """Whether the run keeps a frozen reference policy: a KL penalty (in the loss or in the
     reward) that ``skip_reference_policy_logprobs_calculation`` does not switch off."""
     loop = loop_section(config)
+    if not isinstance(loop, LoopConfig):  # a section with rules of its own (DPO's: always)
+        return loop.needs_reference(config)
     return (config.loss_fn.reference_policy_kl_penalty > 0
             and not loop.skip_reference_policy_logprobs_calculation)
 
 
-def loop_section(config) -> LoopConfig:
-    """The config's loop section (``grpo``, ``ppo``, ...: the one that is set)."""
+def loop_section(config):
+    """The config's loop section (``grpo``, ``ppo``, ``dpo``: the one that is set); a
+    ``LoopConfig``, or a section with rules of its own (``dpo``: ``check_rules``,
+    ``needs_reference``, ``logprob_source``)."""
     algorithm = getattr(config, "algorithm", "grpo")
     return getattr(config, algorithm)
 
@@ -149,6 +153,8 @@ def resolve_logprob_reuse(loop: LoopConfig, policy) -> bool:
 
 def logprob_source(loop: LoopConfig) -> str:
     """One line naming where ``prev_logprobs`` come from, for a run's first lines."""
+    if not isinstance(loop, LoopConfig):  # a section with rules of its own (DPO's)
+        return loop.logprob_source()
     if loop.reuse_generation_logprobs is True:
         return ("prev_logprobs: the generator's own (it samples with the policy's weights; "
                 "reuse_generation_logprobs=true)")
@@ -160,6 +166,9 @@ def check_loop_rules(config) -> None:
     """The rules between the loop section and the other sections (choice 2); a ``ValueError``
     naming the keys. Also decides ``reuse_generation_logprobs`` (choice 3)."""
     loop, loss = loop_section(config), config.loss_fn
+    if not isinstance(loop, LoopConfig):  # DPO's section states its own rules (dpo_config.py)
+        loop.check_rules(config)
+        return
     key = loop.section
     beta = loss.reference_policy_kl_penalty
     if loop.skip_reference_policy_logprobs_calculation and beta > 0:

@@ -1,6 +1,6 @@
 """The training loops by name: ``algorithm: grpo`` in a config picks ``GRPOTrainer``,
-``algorithm: ppo`` picks ``PPOTrainer``; GRPO with ``grpo.async_grpo.enabled`` is
-``AsyncGRPOTrainer``.
+``algorithm: ppo`` picks ``PPOTrainer``, ``algorithm: dpo`` picks ``DPOTrainer``; GRPO with
+``grpo.async_grpo.enabled`` is ``AsyncGRPOTrainer``.
 
     trainer = make_trainer(rlnb.load_config("configs/tiny.yaml"))
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from rlnb.algorithms.checks import choose
 from rlnb.engine.trainers.async_grpo import AsyncGRPOTrainer
+from rlnb.engine.trainers.dpo import DPOTrainer
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.engine.trainers.ppo import PPOTrainer
 
@@ -58,4 +59,5 @@ def loop_sections() -> dict[str, tuple[str, ...]]:
 LOOPS: dict[str, LoopSpec] = {
     "grpo": LoopSpec(GRPOTrainer, ("grpo",), async_trainer=AsyncGRPOTrainer),
     "ppo": LoopSpec(PPOTrainer, ("ppo", "value", "value_loss_fn")),
+    "dpo": LoopSpec(DPOTrainer, ("dpo",)),
 }
