@@ -36,7 +36,7 @@ from rlnb.widgets.sweep_report import sweep_figures
 
 __all__ = [
     "DEFAULT_PANELS", "ConfigPanel", "Dashboard", "EstimatorComparison", "MetricCard", "Panel",
-    "PairView", "RewardWorkbench", "RolloutInspector", "StageStepper", "TokenView", "ensure_plotlyjs",
-    "figure_bundle", "figure_html", "metric_card", "show", "signal_figure", "sweep_figures",
-    "table_html",
+    "PairView", "RewardWorkbench", "RolloutInspector", "StageStepper", "TokenView",
+    "ensure_plotlyjs", "figure_bundle", "figure_html", "metric_card", "show", "signal_figure",
+    "sweep_figures", "table_html",
 ]

@@ -124,9 +124,9 @@ SMOOTHING = (("off", 1), ("10 steps", 10), ("50 steps", 50), ("200 steps", 200))
 
 def panels_for(trainer=None, history: Iterable[dict[str, Any]] = ()) -> tuple[Panel, ...]:
     """The panels of a trainer's loop (``LOOP_PANELS``); without a trainer, DPO's or PPO's when
-    the history holds preference or critic metrics, else the default. A task of reward functions adds a panel of
-    its components; one with no notion of correct (a history without accuracy but with the
-    held-out reward) marks the held-out reward, not accuracy."""
+    the history holds preference or critic metrics, else the default. A task of reward
+    functions adds a panel of its components; one with no notion of correct (a history without
+    accuracy but with the held-out reward) marks the held-out reward, not accuracy."""
     if trainer is not None:
         if hasattr(trainer, "collector"):
             panels = ASYNC_PANELS

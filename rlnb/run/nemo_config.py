@@ -120,10 +120,10 @@ def translate(nemo: dict) -> Translation:
     loops = [k for k in ("grpo", "ppo") if isinstance(nemo.get(k), Mapping)]
     for key, what in OTHER_LOOPS.items():
         if key in nemo:
-            r.refuse(key, f"NeMo-RL's {what} loop: rlnb reads NeMo-RL YAML for GRPO and PPO"
-                     + ("; its DPO loop takes an rlnb config (algorithm: dpo, configs/dpo_tiny.yaml)"
-                        " with NeMo-RL's dpo key names" if key == "dpo" else
-                        " (the SFT loss is in rlnb.nemo.loss)"))
+            where = ("; rlnb's DPO loop takes an rlnb config (algorithm: dpo, "
+                     "configs/dpo_tiny.yaml) with NeMo-RL's dpo key names" if key == "dpo" else
+                     " (the DPO and SFT losses are in rlnb.nemo.loss)")
+            r.refuse(key, f"NeMo-RL's {what} loop: rlnb reads NeMo-RL YAML for GRPO and PPO{where}")
     if len(loops) != 1:
         if not r.refused:
             r.refuse("grpo" if loops else "(top level)", "a NeMo-RL GRPO or PPO config has "

@@ -18,6 +18,7 @@ Implementation choices:
 from __future__ import annotations
 
 import inspect
+import tokenize
 from collections.abc import Callable
 
 import torch
@@ -102,7 +103,10 @@ class RewardFuncsTask(Task):
 
 
 def _source(func: Callable) -> str:
+    """The function's source (part of the warm-start key), or its ``module:name`` where Python
+    cannot give the source: a C function, code typed at a prompt, or code compiled under a file
+    name whose lines are not that code (``tokenize`` then fails on the wrong lines)."""
     try:
         return inspect.getsource(func)
-    except (OSError, TypeError):
+    except (OSError, TypeError, SyntaxError, tokenize.TokenError):
         return reference(func)
