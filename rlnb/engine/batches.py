@@ -9,7 +9,7 @@ Tensors use the stored layout (``[B, S]``, index t = token t; see ``rlnb/__init_
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -194,16 +194,13 @@ class UpdateResult:
     dry_run: bool
     metrics: dict[str, float]
 
+    # the metrics its summary shows; a loop's subclass names its own (PPO's critic, DPO's terms)
+    KEYS: ClassVar[tuple[str, ...]] = ("train/loss", "train/probs_ratio", "train/kl_penalty",
+                                       "train/grad_norm", "train/approx_entropy")
+
     def summary(self) -> str:
         m = self.metrics
-        keys = [
-            "train/loss",
-            "train/probs_ratio",
-            "train/kl_penalty",
-            "train/grad_norm",
-            "train/approx_entropy",
-        ]
-        shown = "  ".join(f"{k.split('/')[-1]} {m[k]:.4g}" for k in keys if k in m)
+        shown = "  ".join(f"{k.removeprefix('train/')} {m[k]:.4g}" for k in self.KEYS if k in m)
         return f"UpdateResult(step={self.step}{', dry run' if self.dry_run else ''}): {shown}"
 
     def __repr__(self) -> str:

@@ -216,8 +216,3 @@ class DPOUpdateResult(UpdateResult):
 
     KEYS = ("train/loss", "train/preference_loss", "train/sft_loss", "train/accuracy",
             "train/rewards_chosen_mean", "train/rewards_rejected_mean", "train/grad_norm")
-
-    def summary(self) -> str:
-        m = self.metrics
-        shown = "  ".join(f"{k.removeprefix('train/')} {m[k]:.4g}" for k in self.KEYS if k in m)
-        return f"UpdateResult(step={self.step}{', dry run' if self.dry_run else ''}): {shown}"

@@ -137,11 +137,6 @@ class PPOUpdateResult(UpdateResult):
     KEYS = ("train/loss", "train/probs_ratio", "train/kl_penalty", "train/grad_norm",
             "train/approx_entropy", "critic/loss", "critic/explained_var")
 
-    def summary(self) -> str:
-        m = self.metrics
-        shown = "  ".join(f"{k.removeprefix('train/')} {m[k]:.4g}" for k in self.KEYS if k in m)
-        return f"UpdateResult(step={self.step}{', dry run' if self.dry_run else ''}): {shown}"
-
 
 class PPOTrainer(Trainer):
     """Stage-by-stage PPO with a value model: ``PPOTrainer(rlnb.load_config(path))`` with
