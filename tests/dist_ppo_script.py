@@ -11,13 +11,12 @@ fresh tiny model has a learning signal without a warm start.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as torch_dist
 from accelerate import Accelerator
+from dist_common import write_rank_and_leave
 
 from rlnb.engine.trainers.ppo import PPOTrainer
 from rlnb.run.master_config import load_config
@@ -48,22 +47,12 @@ def main(out: Path, steps: int) -> None:
     config = load_config("configs/ppo_tiny.yaml", OVERRIDES, preset="fast")
     trainer = PPOTrainer(config, accelerator=accelerator)
     trainer.task.score = score_by_length
-    rank = trainer.dist.rank
     start = weights(trainer)  # builds the critic (from the policy) on every rank
     metrics, prompts = [], []
     for m in trainer.train(steps):
         metrics.append(dict(m))
         prompts.append(sorted({r["prompt"] for r in m.rollout.rows}))
-    out.mkdir(parents=True, exist_ok=True)
-    torch.save({"start": start, "final": weights(trainer)}, out / f"rank{rank}.pt")
-    info = {"rank": rank, "world_size": trainer.dist.world_size,
-            "torch_world_size": torch_dist.get_world_size() if torch_dist.is_initialized() else 1,
-            "prompts": prompts, "metrics": metrics}
-    (out / f"rank{rank}.json").write_text(json.dumps(info, indent=1))
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
-    if torch_dist.is_initialized():  # leave together (see rlnb.cli._shut_down)
-        torch_dist.destroy_process_group()
+    write_rank_and_leave(accelerator, trainer, out, start, weights(trainer), prompts, metrics)
 
 
 if __name__ == "__main__":
