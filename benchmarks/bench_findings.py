@@ -13,9 +13,9 @@ the seeds, through ``rlnb.ablate`` (in this process, or ``--jobs N`` processes).
    interval of A − B (``rlnb.run.stats``), the sd of the per-seed differences, the smallest
    effect these seeds detect, the seeds the observed difference would need, and whether the
    interval lies on the side the paper predicts ("yes"), or "not reproduced". The settings were
-   fixed before the first full run and are not tuned until an effect appears.
+   chosen on tuning seeds 10-19; the seeds reported are 0, 1, ... (``Finding.seeds`` of them).
 
-    python benchmarks/bench_findings.py                   # pilot, then 5 seeds
+    python benchmarks/bench_findings.py                   # pilot, then each finding's seeds
     python benchmarks/bench_findings.py --quick           # smoke test: small model, 2 steps
     python benchmarks/bench_findings.py --findings clip_higher --seeds 0 1 2 --no-pilot
 
@@ -50,7 +50,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="check that it runs: small model, no warm start, 2 steps, 2 seeds")
-    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0 1 2 3 4")
+    ap.add_argument("--seeds", type=int, nargs="+", default=None,
+                    help="default: 0, 1, ... up to each finding's planned number of seeds")
     ap.add_argument("--findings", nargs="+", choices=list(FINDINGS), default=list(FINDINGS))
     ap.add_argument("--steps", type=int, default=None, help="override every finding's steps")
     ap.add_argument("--pilot-seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -61,18 +62,21 @@ def main() -> None:
     ap.add_argument("--root", default=None, help="where the runs are written")
     ap.add_argument("--json", default=None, help="write every run's record to this file")
     args = ap.parse_args()
-    seeds = args.seeds or ([0, 1] if args.quick else [0, 1, 2, 3, 4])
+    def seeds_of(finding) -> list[int]:
+        return args.seeds or ([0, 1] if args.quick else list(range(finding.seeds)))
+
     steps = 2 if args.quick and args.steps is None else args.steps
     pilot_seeds = args.pilot_seeds[:2] if args.quick else args.pilot_seeds
     pilot_steps = 1 if args.quick else args.pilot_steps
     root = Path(args.root or Path("runs") / time.strftime("bench-findings-%Y%m%d-%H%M%S"))
     fast = ["grpo.val_period=0"] if args.quick else []
     command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *sys.argv[1:]])
-    print(f"{command}\nbench_findings: {'quick' if args.quick else 'full'} mode, seeds {seeds}, "
+    print(f"{command}\nbench_findings: {'quick' if args.quick else 'full'} mode, "
           f"{torch.get_num_threads()} torch threads, load average {load()}", flush=True)
-    start, rows, records = time.perf_counter(), [], {}
+    start, rows, records, summary = time.perf_counter(), [], {}, []
     for name in args.findings:
         finding = FINDINGS[name]
+        seeds = seeds_of(finding)
         if args.quick and name == "dynamic_sampling":
             # an untrained model never finds a group with signal; its fast warm start is long
             print(f"\n{name}: skipped in quick mode", flush=True)
@@ -93,34 +97,46 @@ def main() -> None:
               f"{result.steps} steps in {time.perf_counter() - t0:.0f} s (load {load()}); "
               f"warm start shared by the settings of each seed: {result.shared_warm_start}",
               flush=True)
-        rows += [{"finding": finding.title, **r} for r in result.rows]
+        rows += [{"finding": finding.title, "seeds": len(seeds), **r} for r in result.rows]
         records[name] = result.runs
+        summary.append(reproduced_line(finding, result.rows, len(seeds)))
     minutes = (time.perf_counter() - start) / 60
     print_table(rows)
-    print(f"\nwall time {minutes:.1f} min for {len(records)} finding(s) x {len(seeds)} seed(s); "
+    print("\n" + "\n".join(summary))
+    print(f"\nwall time {minutes:.1f} min for {len(records)} finding(s); "
           f"load average (1, 5, 15 min) at the end: {load()}")
     if args.quick:
         print("quick mode: a smoke test of a model that learns nothing; its numbers mean nothing")
     for r in rows:
         if r["verdict"].startswith("not reproduced"):
             print(f"not reproduced at this scale: {r['finding']}: {r['metric']} "
-                  f"({r['A']} vs {r['B']}): {r['A − B [95 % CI]']}; {len(seeds)} seeds detect "
+                  f"({r['A']} vs {r['B']}): {r['A − B [95 % CI]']}; {r['seeds']} seeds detect "
                   f"{r['detectable (80 % power)']}, the observed difference would need "
                   f"{r['seeds for A − B']} seeds")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"command": command, "seeds": seeds, "minutes": minutes,
+            json.dump({"command": command, "minutes": minutes,
                        "records": records,
                        "rows": [{k: v for k, v in r.items() if k != "interval"} for r in rows]},
                       f)
 
 
+def reproduced_line(finding, rows: list[dict], num_seeds: int) -> str:
+    """One line per finding: how many of its predicted effects (metric x comparison) have a 95 %
+    interval on the predicted side."""
+    predicted = [r for r in rows if r["verdict"] == "yes" or r["verdict"].startswith("not rep")]
+    hits = [r for r in predicted if r["verdict"] == "yes"]
+    what = "; ".join(f"{r['metric']}, {r['A']} vs {r['B']}: {r['verdict']}" for r in predicted)
+    return (f"{finding.title}: {len(hits)} of {len(predicted)} predicted effects reproduced "
+            f"over {num_seeds} seeds ({what})")
+
+
 def print_table(rows: list[dict]) -> None:
     """Markdown table: one row per finding, comparison and metric."""
-    header = "| finding | A vs B | " + " | ".join(COLUMNS) + " |"
-    print("\n" + header + "\n" + "|---" * (len(COLUMNS) + 2) + "|")
+    header = "| finding | A vs B | seeds | " + " | ".join(COLUMNS) + " |"
+    print("\n" + header + "\n" + "|---" * (len(COLUMNS) + 3) + "|")
     for r in rows:
-        print(f"| {r['finding']} | {r['A']} vs {r['B']} | "
+        print(f"| {r['finding']} | {r['A']} vs {r['B']} | {r['seeds']} | "
               + " | ".join(str(r[c]) for c in COLUMNS) + " |")
 
 

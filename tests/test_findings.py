@@ -164,6 +164,9 @@ def test_reductions_of_one_run():
     rec = _record([1.0, None, 3.0, 5.0])
     assert reduce_run(rec, Metric("m", "k", last=2)) == 4.0  # (3 + 5) / 2
     assert reduce_run(rec, Metric("m", "k", last=3)) == 4.0  # the None step is skipped
+    assert reduce_run(rec, Metric("m", "k", how="run_mean", last=1)) == 3.0  # (1 + 3 + 5) / 3
+    # validation-only records (no training time) are not training steps
+    assert reduce_run([{"k": 100.0, "wall_s": 0.0}, *rec], Metric("m", "k", how="run_mean")) == 3.0
     assert reduce_run(rec, Metric("m", "k", how="final")) == 5.0
     assert reduce_run(rec, Metric("m", "k", how="seconds")) == 4.0
     assert math.isnan(reduce_run(rec, Metric("m", "other")))

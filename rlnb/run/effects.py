@@ -13,7 +13,9 @@ Implementation choices:
    them), plus ``wall_s``: the cumulative ``timing/train/total_step_time`` (training time,
    validation excluded), so an in-process run and a run read back from disk look the same.
 2) A metric is reduced per run to one number: the mean over the last ``last`` training steps
-   (``"last_mean"``: smooths the step-to-step noise of one batch), the last logged value
+   (``"last_mean"``: smooths the step-to-step noise of one batch), the mean over every training
+   step (``"run_mean"``: the area under the curve, for an effect on how fast a quantity
+   drifts rather than where it ends), the last logged value
    (``"final"``), the run's training seconds (``"seconds"``), or the last value logged within
    the training time both arms of that seed had (``"at_equal_time"``: for an arm that costs
    extra generation).
@@ -37,7 +39,7 @@ from typing import Any
 
 from rlnb.run.stats import difference_ci, mean_sd, minimal_detectable_effect, seeds_needed
 
-HOW = ("last_mean", "final", "seconds", "at_equal_time")
+HOW = ("last_mean", "run_mean", "final", "seconds", "at_equal_time")
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,9 @@ def reduce_run(record: list[dict[str, Any]], metric: Metric, *, until_s: float |
     if metric.how == "seconds":
         return record[-1]["wall_s"] if record else math.nan
     trained = [r for r in record if r.get("timing/train/total_step_time") is not None]
-    if metric.how == "last_mean":
-        values = [r[metric.key] for r in trained[-metric.last:] if r.get(metric.key) is not None]
+    if metric.how in ("last_mean", "run_mean"):
+        window = trained[-metric.last:] if metric.how == "last_mean" else trained
+        values = [r[metric.key] for r in window if r.get(metric.key) is not None]
         return sum(values) / len(values) if values else math.nan
     if metric.how == "at_equal_time":
         record = [r for r in record if until_s is None or r["wall_s"] <= until_s + 1e-9]
