@@ -28,10 +28,16 @@ Implementation choices:
    the function's code object and guards on the backend, so a fresh backend per policy would
    recompile for every new policy (and soon reach Dynamo's recompile limit).
 6) Several processes (DDP): eager, with the one line; compiling through DDP is untested.
+7) Reproducible: inductor's C++ code for a scatter-add (the backward of the embedding and of the
+   log-prob gather) adds with atomics from several threads, so its sums came out in another order
+   from run to run. Each graph is lowered with torch's deterministic mode on, which makes
+   inductor call torch's own (deterministic) kernels for those ops; the same seed then gives the
+   same numbers in every process, as eager does.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -54,8 +60,12 @@ def use_compile_cache_dir() -> str:
     """Point inductor's on-disk caches at ``compile_cache_dir()`` (choice 3), unless the user
     set ``TORCHINDUCTOR_CACHE_DIR`` themselves; returns the folder in use."""
     global _set_by_us
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
     current = os.environ.get(_ENV)
-    if current is None or current == _set_by_us:  # ours to (re)point: RLNB_CACHE_DIR may move
+    # importing torch._inductor writes its default into the environment: that one is not the
+    # user's; ours may be re-pointed (RLNB_CACHE_DIR may have moved)
+    if current in (None, _set_by_us, os.path.abspath(default_cache_dir())):
         _set_by_us = str(compile_cache_dir() / f"torch-{torch.__version__}")
         os.environ[_ENV] = _set_by_us
     return os.environ[_ENV]
@@ -72,6 +82,10 @@ def _counting_backend(name: str) -> Callable:
         from torch._dynamo import lookup_backend
 
         inner = lookup_backend(name)
+        if name == "inductor":  # choice 7
+            from torch._inductor.compile_fx import compile_fx
+
+            inner = functools.partial(compile_fx, inner_compile=_deterministic_inner)
 
         def backend(graph, example_inputs):
             owner = getattr(_active, "fn", None)
@@ -81,6 +95,20 @@ def _counting_backend(name: str) -> Callable:
 
         _backends[name] = backend
     return _backends[name]
+
+
+def _deterministic_inner(*args, **kwargs):
+    """Inductor's compile of one graph (forward, or a backward compiled at its first call) with
+    torch's deterministic mode on (choice 7)."""
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    was, warn_only = (torch.are_deterministic_algorithms_enabled(),
+                      torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(True)
+    try:
+        return compile_fx_inner(*args, **kwargs)
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=warn_only)
 
 
 def _first_line(err: BaseException) -> str:
