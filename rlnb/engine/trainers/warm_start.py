@@ -109,6 +109,7 @@ WEIGHT_CODE = (
     "rlnb.engine.models.hf_backend",  # the hf backend
     "rlnb.engine.models.hf_generate",  # its sampler: generate path
     "rlnb.engine.models.sampler",  # the lean sampler the hf backend draws with
+    "rlnb.engine.models.compiled",  # its decode step under policy.compile
     "rlnb.engine.models.vllm_backend",  # the sampler under policy.generation.backend=vllm
     "rlnb.engine.models.vllm_engine",  # its engine's settings
     "rlnb.engine.environments.base",  # reward checks
