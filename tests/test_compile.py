@@ -3,10 +3,12 @@ Qwen2-shaped models; new lengths do not recompile; a model that cannot be compil
 after one line; a second process loads the compiled code from disk; the default AdamW form is
 the per-parameter loop bit for bit."""
 
+import gc
 import json
 import subprocess
 import sys
 import textwrap
+import weakref
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from transformers import (
 
 import rlnb
 from rlnb.engine.models.policy import Policy
+from rlnb.engine.models.sampler import COMPILED_DECODE
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from tests.tiny_config import TINY, with_rewards
@@ -36,8 +39,12 @@ STEPS = 3
 
 @pytest.fixture(autouse=True)
 def compile_cache(tmp_path_factory, monkeypatch):
-    """One compile cache for the module (its tests share compiled code), away from ~/.cache."""
+    """One compile cache for the module (its tests share compiled code), away from ~/.cache; and
+    Dynamo's in-memory code forgotten, so each test counts its graphs as a fresh run would (a
+    model compiled earlier in the process leaves cache entries and guards on transformers'
+    globals that the next model's first calls fail, which count as recompiles)."""
     monkeypatch.setenv("RLNB_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "rlnb_cache"))
+    torch._dynamo.reset()
 
 
 def gpt2():
@@ -143,6 +150,15 @@ def test_new_shapes_do_not_recompile():
     trainer.reconfigure({"policy.generation.temperature": 0.7})
     policy.optimizer_step(train_data(16, 12, vocab, 9), trainer.loss_fn)
     assert policy.compile_metrics()["compile/recompiles"] == 1
+
+
+def test_the_registered_decode_step_does_not_keep_the_model_alive():
+    trainer = make_trainer("llama", "policy.compile.enabled=true")
+    model = weakref.ref(trainer.policy.model)
+    assert COMPILED_DECODE[model()] is trainer.policy.compiled.decode
+    del trainer
+    gc.collect()
+    assert model() is None  # (and so its entry left the registry)
 
 
 class BranchingLlama(LlamaForCausalLM):

@@ -13,7 +13,9 @@ Implementation choices:
 1) Two functions are compiled, each with ``fullgraph=True`` so that a graph break is an error,
    not a silent split: where compiling fails (an untraceable construct in a model's forward, no
    C++ compiler), the policy runs eager from then on (both paths), after one logged line saying
-   why (``compile/eager`` is then 1).
+   why (``compile/eager`` is then 1). Not caught: a failure in compiling the backward, which
+   AOTAutograd does at the first ``backward()`` when shapes are dynamic (the forward compiled by
+   then, so the compiler works).
 2) Shapes vary (response lengths, rows that end, validation batches): the update's rows and
    sequence length, and the decode step's rows and cache length, are marked dynamic before the
    first call, so a new length does not recompile. What still recompiles (a new temperature, a
@@ -32,7 +34,8 @@ Implementation choices:
    log-prob gather) adds with atomics from several threads, so its sums came out in another order
    from run to run. Each graph is lowered with torch's deterministic mode on, which makes
    inductor call torch's own (deterministic) kernels for those ops; the same seed then gives the
-   same numbers in every process, as eager does.
+   same numbers in every process, as eager does. The mode is torch's global flag, on only while
+   a graph compiles (warn-only, so an op another thread runs meanwhile is not refused).
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ def _deterministic_inner(*args, **kwargs):
 
     was, warn_only = (torch.are_deterministic_algorithms_enabled(),
                       torch.is_deterministic_algorithms_warn_only_enabled())
-    torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(True, warn_only=True)  # warn: other threads run on
     try:
         return compile_fx_inner(*args, **kwargs)
     finally:
@@ -116,20 +119,39 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[:200]}"
 
 
+class Fallback:
+    """The paths of one policy, which go eager together when one fails to compile (choice 1).
+    It holds them weakly: the sampler's registry keeps the decode step, which must not keep the
+    update (and through it the policy and the model, the registry's key) alive."""
+
+    def __init__(self):
+        self.paths: weakref.WeakSet = weakref.WeakSet()
+        self.reason: str | None = None
+
+    def fall_back(self, reason: str) -> None:
+        """Run every path eager from now on, saying why in one line (the first time)."""
+        for path in self.paths:
+            path.eager = True
+        if self.reason is None:
+            self.reason = reason
+            logger.warning("policy.compile: running eager: %s", reason)
+
+
 class CompiledFunction:
     """``fn`` under ``torch.compile(fullgraph=True)``, counting its graphs and compile time.
 
     ``mark`` receives the call's arguments before each call and marks their varying dimensions
-    dynamic (choice 2). ``on_failure(path name, reason)`` is called if compiling fails; the call
-    then runs ``fn`` eagerly, and so does every later call once ``eager`` is set (choice 1).
+    dynamic (choice 2). If compiling fails, the call runs ``fn`` eagerly and ``fallback`` turns
+    this path and its siblings eager for good (choice 1).
     """
 
-    def __init__(self, name: str, fn: Callable, backend: str, mark: Callable | None = None,
-                 on_failure: Callable[[str, str], None] | None = None):
-        self.name, self.fn, self.mark, self.on_failure = name, fn, mark, on_failure
+    def __init__(self, name: str, fn: Callable, backend: str, mark: Callable,
+                 fallback: Fallback):
+        self.name, self.fn, self.mark, self.fallback = name, fn, mark, fallback
         self.graphs = 0  # graphs compiled (the first compile and every recompile)
         self.seconds = 0.0  # wall time of the calls that compiled
         self.eager = False
+        fallback.paths.add(self)
         use_compile_cache_dir()
         self.compiled = torch.compile(fn, fullgraph=True, backend=_counting_backend(backend))
 
@@ -140,8 +162,7 @@ class CompiledFunction:
     def __call__(self, *args):
         if self.eager:
             return self.fn(*args)
-        if self.mark is not None:
-            self.mark(*args)
+        self.mark(*args)
         from torch._dynamo.exc import TorchDynamoException
 
         graphs, start = self.graphs, time.perf_counter()
@@ -150,8 +171,7 @@ class CompiledFunction:
             out = self.compiled(*args)
         except TorchDynamoException as err:  # tracing or the backend failed: nothing ran
             self.eager = True
-            if self.on_failure is not None:
-                self.on_failure(self.name, _first_line(err))
+            self.fallback.fall_back(f"compiling the {self.name} failed: {_first_line(err)}")
             return self.fn(*args)
         finally:
             _active.fn = None
@@ -188,50 +208,32 @@ def _mark_decode(model, input_ids, attention_mask, cache_name, cache, extra) -> 
 
 
 class CompiledPolicy:
-    """The compiled paths of one ``Policy`` (built when ``policy.compile.enabled``). If either
-    path fails to compile, both run eager from then on, after one logged line (choice 1)."""
+    """The compiled paths of one ``Policy`` (built when ``policy.compile.enabled``): ``update``
+    and ``decode``, each a ``CompiledFunction`` or None. If either fails to compile, both run
+    eager from then on, after one logged line (choice 1)."""
 
     def __init__(self, policy, cfg: CompileConfig):
         from rlnb.engine.models.sampler import COMPILED_DECODE, decode_step
 
         self.update = self.decode = None
-        self.eager_reason: str | None = None
+        self.fallback = Fallback()
         if policy.dist.world_size > 1:  # choice 6
-            self.fall_back(f"{policy.dist.world_size} processes (DDP) are not compiled")
+            self.fallback.fall_back(f"{policy.dist.world_size} processes (DDP) are not compiled")
             return
-        # weakly: the sampler's registry holds the decode step, which must not keep the policy
-        # (and with it the model, the registry's key) alive
-        failed = weakref.WeakMethod(self._failed)
-        on_failure = lambda path, reason: (failed() or (lambda *a: None))(path, reason)  # noqa: E731
         if cfg.update:
             self.update = CompiledFunction("update", policy.forward_logprobs, cfg.backend,
-                                           _mark_update, on_failure)
-        if cfg.generation and policy.config.generation.backend == "hf":
+                                           _mark_update, self.fallback)
+        if cfg.generation:  # the hf backend's loop sampler (checked at load)
             self.decode = CompiledFunction("decode step", decode_step, cfg.backend,
-                                           _mark_decode, on_failure)
+                                           _mark_decode, self.fallback)
             COMPILED_DECODE[policy.model] = self.decode
-
-    @property
-    def paths(self) -> list[CompiledFunction]:
-        return [p for p in (self.update, self.decode) if p is not None]
-
-    def _failed(self, path: str, reason: str) -> None:
-        self.fall_back(f"compiling the {path} failed: {reason}")
-
-    def fall_back(self, reason: str) -> None:
-        """Run both paths eager from now on, saying why in one line (once)."""
-        for path in self.paths:
-            path.eager = True
-        if self.eager_reason is None:
-            self.eager_reason = reason
-            logger.warning("policy.compile: running eager: %s", reason)
 
     def metrics(self) -> dict[str, float]:
         """``compile/*`` (docs/metrics.md): counts since the policy was built."""
-        paths = self.paths
+        paths = [p for p in (self.update, self.decode) if p is not None]
         return {
             "compile/graphs": float(sum(p.graphs for p in paths)),
             "compile/recompiles": float(sum(p.recompiles for p in paths)),
             "compile/seconds": sum(p.seconds for p in paths),
-            "compile/eager": float(self.eager_reason is not None),
+            "compile/eager": float(self.fallback.reason is not None),
         }
