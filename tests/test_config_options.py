@@ -248,6 +248,7 @@ PREFIX_COMPANIONS = {  # a section that only exists (or only acts) with another 
     "dpo.": ["algorithm=dpo"],
     "policy.generation.vllm.": ["policy.generation.backend=vllm"],
     "policy.lora.": ["policy.lora.enabled=true"],
+    "policy.compile.": ["policy.compile.enabled=true"],
     # the async loop needs the importance-sampling correction and recomputed prev_logprobs
     "grpo.async_grpo.": ["grpo.async_grpo.enabled=true",
                          "loss_fn.use_importance_sampling_correction=true",

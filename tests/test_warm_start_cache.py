@@ -157,6 +157,7 @@ def test_settings_key_covers_sampling_and_precision_not_the_rl_optimizer():
 # with the reason; everything else that runs must be in WEIGHT_CODE.
 EXEMPT = {
     "rlnb.config": "config validation",
+    "rlnb.engine.models.compile_config": "config validation (policy.compile's own rules)",
     "rlnb.algorithms.checks": "argument checks and name look-ups",
     "rlnb.engine.distributed": "rank and device plumbing (the device type is in the key)",
     "rlnb.engine.trainers.loops": "picks the trainer class",

@@ -26,6 +26,9 @@ Implementation choices:
    machine 0 (port 29500 by default). ``num_processes`` counts every machine's ranks, as in
    accelerate. Each machine reports on its own ranks; machines other than 0 write only
    ``ranks/rank<R>.ipynb``, so all may share one run dir on a shared filesystem.
+6) Threads: the ranks of a machine share its cores, ``cores // ranks`` each (``OMP_NUM_THREADS``
+   and MKL's, OpenBLAS's; a smaller ``OMP_NUM_THREADS`` already set is kept), as a sweep's
+   points do (``executors.default_threads``); torch's launcher alone would give each rank one.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlnb.run.executors import THREAD_VARS, default_threads
 from rlnb.run.notebooks import HTML, NOTEBOOK, _execute, _export, _prepare, notebook_error
 
 RANKS = "ranks"
@@ -144,12 +148,15 @@ def launch(notebook: str | Path, num_processes: int, *, run_dir: str | Path | No
         args += ["--kernel", kernel_name]
     if not progress:
         args.append("--no-progress")
+    per_machine = num_processes // num_machines
+    # this machine's cores shared among its ranks (torch's launcher would give each rank 1)
+    threads = default_threads(per_machine)
+    env = None if threads is None else {**os.environ, **dict.fromkeys(THREAD_VARS, str(threads))}
     start = time.perf_counter()
     returncode, launcher_tail = _run_teeing_stderr(launch_command(
         num_processes, args, port, num_machines=num_machines, machine_rank=machine_rank,
-        main_process_ip=main_process_ip))
+        main_process_ip=main_process_ip), env=env)
     seconds = time.perf_counter() - start
-    per_machine = num_processes // num_machines
     ranks = range(machine_rank * per_machine, (machine_rank + 1) * per_machine)  # this machine's
     notebooks = [rank_notebook(path, r) for r in ranks]
     statuses = {r: s for r in ranks if (s := _read_status(path, r))}
@@ -174,10 +181,12 @@ def launch(notebook: str | Path, num_processes: int, *, run_dir: str | Path | No
                         errors, returncode)
 
 
-def _run_teeing_stderr(cmd: list[str], keep: int = 20_000) -> tuple[int, str]:
-    """Run ``cmd`` with its output shown as it comes; returns its exit code and the last
-    ``keep`` characters of its stderr (where torch's launcher reports the failed rank)."""
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+def _run_teeing_stderr(cmd: list[str], keep: int = 20_000, env: dict | None = None
+                       ) -> tuple[int, str]:
+    """Run ``cmd`` (in ``env``, default this process's) with its output shown as it comes;
+    returns its exit code and the last ``keep`` characters of its stderr (where torch's launcher
+    reports the failed rank)."""
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, env=env)
     tail = bytearray()
 
     def pump():  # raw chunks, not lines: progress bars redraw with \r

@@ -16,10 +16,15 @@ Implementation choices (docs/algorithms.md#masked-helpers-and-reductions):
    *global* valid token/sequence counts, so the accumulated gradient is exactly the
    full global batch's. Metrics are combined as NeMo-RL does: summed over micro-batches (``*_min`` /
    ``*_max`` by min / max), then averaged over global batches.
-5) AdamW with linear warm-up then constant learning rate; gradient-norm clipping.
+5) AdamW with linear warm-up then constant learning rate; gradient-norm clipping. AdamW runs
+   its multi-tensor (``foreach``) form: the same numbers as the per-parameter loop, bit for bit,
+   in a few kernels per step (``tests/test_compile.py``); ``optimizer.fused`` takes the fused
+   kernel (equal to float rounding, not bit for bit).
 6) The reference policy is a frozen copy, made only when the KL penalty needs one. With LoRA
    adapters (``policy.lora``, ``lora.py``) only they train, and the reference is the same module
    with the adapters off.
+7) ``policy.compile`` runs the update's forward + backward and the sampler's decode step under
+   ``torch.compile`` (``compiled.py``, imported only then).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from rlnb.algorithms.logprobs import token_logprobs
 from rlnb.algorithms.reduction import combine_metrics, global_valid_counts, sum_partial_metrics
 from rlnb.config import Config
 from rlnb.engine.distributed import Distributed
+from rlnb.engine.models.compile_config import CompileConfig, check_compile_applies
 from rlnb.engine.models.generation import GenerationConfig
 from rlnb.engine.models.lora import LoraConfig, adapters_disabled, add_adapters, has_adapters
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
@@ -66,6 +72,10 @@ class OptimizerConfig(Config):
     weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="Adam betas.")
     eps: float = Field(1e-8, gt=0, description="Adam epsilon.")
+    fused: bool = Field(
+        False, description="torch's fused AdamW kernel instead of the default multi-tensor "
+        "(foreach) form: fewer kernels, numbers equal to float rounding (about 1e-8 in float32), "
+        "not bit for bit.")
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in optimizer steps.")
     warmup_start_factor: float | None = Field(
         None, gt=0, le=1, description="None: the rate at step s of the warm-up is lr·(s+1)/W. "
@@ -106,6 +116,7 @@ class PolicyConfig(Config):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    compile: CompileConfig = Field(default_factory=CompileConfig)
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> PolicyConfig:
@@ -120,6 +131,7 @@ class PolicyConfig(Config):
                 f"max_total_sequence_length ({self.max_total_sequence_length}) must exceed "
                 f"generation.max_new_tokens ({self.generation.max_new_tokens}): prompts get the "
                 "difference")
+        check_compile_applies(self.compile, self.generation.backend, self.generation.sampler)
         return self
 
 
@@ -191,6 +203,7 @@ class Policy:
             weight_decay=opt.weight_decay,
             betas=opt.betas,
             eps=opt.eps,
+            **({"fused": True} if opt.fused else {"foreach": True}),  # choice 5
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, opt.lr_factor)
         # LoRA: the reference is the model with its adapters off, never a copy
@@ -202,6 +215,16 @@ class Policy:
             )
             if self.reference_model is not None:  # prepare moved the policy, not the copy
                 self.reference_model.to(self.device)
+        self.compiled = None
+        compile_cfg = getattr(cfg, "compile", None)  # the critic's section (value.py) has none
+        if compile_cfg is not None and compile_cfg.enabled:  # choice 7
+            from rlnb.engine.models.compiled import CompiledPolicy
+
+            self.compiled = CompiledPolicy(self, compile_cfg)
+
+    def compile_metrics(self) -> dict[str, float]:
+        """``compile/*`` counts (docs/metrics.md); empty unless ``policy.compile.enabled``."""
+        return self.compiled.metrics() if self.compiled is not None else {}
 
     def sync_reference(self) -> None:
         """Make the reference (if there is one) a copy of the current weights again."""
@@ -315,10 +338,13 @@ class Policy:
             parts = []
             if not dry_run:
                 self.optimizer.zero_grad(set_to_none=True)
+            forward = self.forward_logprobs
+            if self.compiled is not None and self.compiled.update is not None and not dry_run:
+                forward = self.compiled.update  # choice 7
             for m0 in range(rows.start, rows.stop, mbs):
                 mb = {k: v[m0 : min(m0 + mbs, rows.stop)].to(self.device) for k, v in data.items()}
                 with torch.set_grad_enabled(not dry_run):
-                    logprobs = self.forward_logprobs(
+                    logprobs = forward(
                         self.train_model, mb["input_ids"], mb["attention_mask"]
                     )
                     loss, metrics = loss_fn.from_logprobs(logprobs[:, 1:], mb, n_seq, n_tok)

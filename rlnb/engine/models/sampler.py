@@ -32,12 +32,16 @@ Implementation choices:
    ``past_key_values`` before, and ``cache_params`` for recurrent models such as xLSTM before
    5.24. The name is read off the model's ``forward`` signature, so no version sees a deprecated
    argument, and a recurrent model is never stepped without its state.
+6) Each decode step is one call of ``decode_step``, or of its compiled form that ``compiled.py``
+   registers for a policy's model under ``policy.compile`` (``COMPILED_DECODE``); sampling
+   around it stays eager.
 """
 
 from __future__ import annotations
 
 import inspect
 import threading
+import weakref
 
 import torch
 
@@ -92,6 +96,22 @@ def output_cache(out):
     return next((out[name] for name in CACHE_NAMES if out.get(name) is not None), None)
 
 
+COMPILED_DECODE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> decode step
+
+
+def decode_step(model, input_ids, attention_mask, cache_name: str, cache, extra: dict):
+    """One decode step on the KV cache: ``(logits [B, V] of the new position, the cache)``.
+
+    Args:
+        input_ids: ``[B, 1]`` the tokens just drawn; attention_mask: ``[B, L + t]``.
+        cache_name: the keyword the model takes its cache under (choice 5); extra: the
+            ``position_ids [B, 1]`` when the model takes them.
+    """
+    out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True,
+                **{cache_name: cache}, **extra)
+    return out.logits[:, -1], output_cache(out)
+
+
 @torch.no_grad()
 def sample_tokens(
     model,
@@ -138,6 +158,7 @@ def sample_tokens(
         cache.batch_repeat_interleave(k)
         logits = logits.repeat_interleave(k, dim=0)
     can_drop = hasattr(cache, "batch_select_indices")
+    decode = COMPILED_DECODE.get(model, decode_step)  # choice 6
     running = torch.ones(B, dtype=torch.bool, device=device)
     active = torch.arange(B, device=device)  # rows the model still computes, ⊇ running rows
     tokens, logprobs = [], []
@@ -170,7 +191,6 @@ def sample_tokens(
         if takes_positions:
             positions = positions[:, -1:] + 1
             extra["position_ids"] = positions
-        out = model(input_ids=y[active, None], attention_mask=mask[active, : L + t + 1],
-                    use_cache=True, **{cache_name: cache}, **extra)
-        cache, logits = output_cache(out), out.logits[:, -1]
+        logits, cache = decode(
+            model, y[active, None], mask[active, : L + t + 1], cache_name, cache, extra)
     return torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)

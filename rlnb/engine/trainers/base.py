@@ -243,6 +243,7 @@ class Trainer:
                               result=result)
         if seconds is not None:
             metrics["timing/train/total_step_time"] = seconds
+        metrics.update(self.policy.compile_metrics())  # {} unless policy.compile.enabled
         return metrics
 
     def train(self, num_steps: int | None = None, *, progress: bool = False

@@ -109,6 +109,7 @@ WEIGHT_CODE = (
     "rlnb.engine.models.hf_backend",  # the hf backend
     "rlnb.engine.models.hf_generate",  # its sampler: generate path
     "rlnb.engine.models.sampler",  # the lean sampler the hf backend draws with
+    "rlnb.engine.models.compiled",  # its decode step under policy.compile
     "rlnb.engine.models.vllm_backend",  # the sampler under policy.generation.backend=vllm
     "rlnb.engine.models.vllm_engine",  # its engine's settings
     "rlnb.engine.environments.base",  # reward checks
@@ -223,7 +224,7 @@ def _warm_start(trainer, cfg: SFTConfig, params, *, progress: bool, log) -> dict
     policy, task = trainer.policy, trainer.task
     seed = trainer.loop_config.seed
     probe = task.train_rows(10**6 + cfg.eval_prompts, seed + 1)[-cfg.eval_prompts :]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr)
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, foreach=True)  # = the loop, bit for bit
     rows = task.train_rows(cfg.max_steps * cfg.batch_size, seed + 2)
     start, steps, accuracy = time.perf_counter(), 0, 0.0
     bar = None
