@@ -30,7 +30,10 @@ needed to gain +30 and +40 points of held-out accuracy, and their rollouts per s
 Each side runs in a fresh process with ``--threads`` threads, for ``--minutes`` of training or
 ``--max-steps`` rollouts, whichever comes first; the order alternates by seed; the load average
 is printed around every run. ``--json`` dumps every curve; ``--svg`` writes the accuracy curves
-(default ``docs/tta_vs_trl.svg``). ``--quick``: one seed, a few rollouts (a smoke run).
+(default ``docs/tta_vs_trl.svg``). ``--quick``: one seed, a few rollouts (a smoke run). The
+defaults (3 seeds, up to 2500 rollouts or 10 training minutes a side) take at most an hour of
+training plus about a minute per run for start-up and scoring; rlnb's side stops at 2500 rollouts
+(about 3 minutes on a quiet 2-core machine), so expect 40-70 minutes in all.
 
     python benchmarks/bench_tta_trl.py [--seeds 0 1 2] [--minutes 10] [--val-period 25]
                                        [--threads 2] [--trl-venv .venv-trl] [--json out.json]
@@ -41,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -203,8 +207,6 @@ def worker_trl(spec: dict) -> dict:
            "versions": {"trl": trl.__version__, "transformers": transformers.__version__,
                         "accelerate": accelerate.__version__, "torch": torch.__version__}}
     record = trl_config_record(GRPOConfig, args, kwargs)
-    import shutil
-
     shutil.rmtree(outdir, ignore_errors=True)  # (nothing is saved there: save_strategy="no")
     return {**out, **record}
 
