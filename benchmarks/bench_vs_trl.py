@@ -242,18 +242,27 @@ def worker_trl(spec: dict) -> dict:
         "versions": {"trl": trl.__version__, "transformers": transformers.__version__,
                      "accelerate": accelerate.__version__, "torch": torch.__version__},
     }
+    record = trl_config_record(GRPOConfig, args, kwargs)
+    shutil.rmtree(outdir, ignore_errors=True)  # (nothing is saved there: save_strategy="no")
+    return {**out, **record}
+
+
+def trl_config_record(config_class, args, kwargs: dict) -> dict:
+    """(TRL venv) What ``print_trl_config`` shows of the ``GRPOConfig`` ``args`` built from
+    ``kwargs``: the fields passed, those differing from the defaults, all, and the kept defaults
+    that shape the work."""
     full = args.to_dict()
     # GRPOConfig's defaults as resolved on this machine (its bf16 default needs use_cpu on a
     # CPU); built last: a new config resets accelerate's state, which the trainer reads
-    reference = GRPOConfig(output_dir=outdir, use_cpu=True).to_dict()
-    shutil.rmtree(outdir, ignore_errors=True)  # (nothing is saved there: save_strategy="no")
+    reference = config_class(output_dir=args.output_dir, use_cpu=True).to_dict()
     non_default = {k: v for k, v in full.items() if k in kwargs or str(v) != str(reference.get(k))}
     kept = ("optim", "learning_rate", "lr_scheduler_type", "weight_decay", "max_grad_norm",
             "scale_rewards", "epsilon", "top_entropy_quantile", "entropy_coef",
             "mask_truncated_completions", "importance_sampling_level", "torch_compile",
             "cast_lm_head_to_fp32", "use_transformers_continuous_batching")
-    return {**out, "config_passed": kwargs, "config_non_default": non_default,
-            "config_full": full, "config_kept": {k: full[k] for k in kept if k in full}}
+    return {"config_passed": kwargs, "config_non_default": non_default,
+            "config_full": full,
+            "config_kept": {k: full[k] for k in kept if k in full and k not in kwargs}}
 
 
 # ---------------------------------------------------------------------------- the driver
@@ -306,12 +315,17 @@ def ensure_trl_venv(venv: Path, lora: bool = False) -> Path:
     return python
 
 
+def worker_env(threads: int) -> dict:
+    """The environment of a worker process: ``threads`` OpenMP threads, everything offline."""
+    t = str(threads)
+    return {**os.environ, "OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+
+
 def run_worker(python: Path, side: str, spec: dict, label: str) -> dict:
     """One measured run in a fresh process; prints the load average around it."""
-    threads = str(spec["threads"])
-    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    env = worker_env(spec["threads"])
     before = os.getloadavg()
     t0 = time.perf_counter()
     cmd = [str(python), str(Path(__file__).resolve()), "--worker", side, "--spec", json.dumps(spec)]
