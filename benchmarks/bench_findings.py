@@ -102,7 +102,8 @@ def main() -> None:
         summary.append(reproduced_line(finding, result.rows, len(seeds)))
     minutes = (time.perf_counter() - start) / 60
     print_table(rows)
-    print("\n" + "\n".join(summary))
+    print("\n" + "\n".join(line for _, line in summary))
+    print(f"findings reproduced: {sum(ok for ok, _ in summary)} of {len(summary)}")
     print(f"\nwall time {minutes:.1f} min for {len(records)} finding(s); "
           f"load average (1, 5, 15 min) at the end: {load()}")
     if args.quick:
@@ -121,14 +122,15 @@ def main() -> None:
                       f)
 
 
-def reproduced_line(finding, rows: list[dict], num_seeds: int) -> str:
-    """One line per finding: how many of its predicted effects (metric x comparison) have a 95 %
-    interval on the predicted side."""
+def reproduced_line(finding, rows: list[dict], num_seeds: int) -> tuple[bool, str]:
+    """Whether the finding reproduced (its claim's metric, the first one with a predicted sign,
+    "yes" in every comparison), and a line saying so with every predicted effect's verdict."""
+    head = next(m.label for m in finding.metrics if m.expect)
     predicted = [r for r in rows if r["verdict"] == "yes" or r["verdict"].startswith("not rep")]
-    hits = [r for r in predicted if r["verdict"] == "yes"]
+    ok = all(r["verdict"] == "yes" for r in predicted if r["metric"] == head)
     what = "; ".join(f"{r['metric']}, {r['A']} vs {r['B']}: {r['verdict']}" for r in predicted)
-    return (f"{finding.title}: {len(hits)} of {len(predicted)} predicted effects reproduced "
-            f"over {num_seeds} seeds ({what})")
+    return ok, (f"{finding.title}: {'reproduced' if ok else 'not reproduced'} ({head}) over "
+                f"{num_seeds} seeds; every predicted effect: {what}")
 
 
 def print_table(rows: list[dict]) -> None:

@@ -22,7 +22,8 @@ rows (one micro-batch, one optimizer step), validation, SFT warm start and check
 log-probs as pi_old (``grpo.reuse_generation_logprobs``), so there is no second forward; TRL
 skips it too when generation and optimizer steps line up (``old_per_token_logps = None``). The
 default sampler (``policy.generation.sampler=loop``) is the rlnb row measured against the 1.5x
-target; a row with ``sampler=generate`` (transformers' ``model.generate``) is printed beside it.
+target; a row with ``sampler=generate`` (transformers' ``model.generate``) is printed beside it,
+and with ``--compile`` one with ``policy.compile.enabled=true`` (docs/guide.md#compiled-steps).
 
 TRL: ``GRPOTrainer`` (installed by this script into its own venv, ``--trl-venv``, with the main
 venv's torch and transformers versions) configured fairly: ``use_cpu``, fp32 (``bf16=False,
@@ -115,6 +116,7 @@ def worker_rlnb(spec: dict) -> dict:
         f"grpo.num_generations_per_prompt={G}",
         f"policy.generation.max_new_tokens={R}",
         f"policy.generation.sampler={spec['sampler']}",
+        *(["policy.compile.enabled=true"] if spec.get("compile") else []),
         f"policy.train_global_batch_size={P * G}",
         f"policy.train_micro_batch_size={P * G}",
         f"policy.logprob_batch_size={P * G}",
@@ -396,13 +398,15 @@ def bench_size(size: tuple[int, int, int], args, model_dir: str, trl_python: Pat
                 out = run_worker(trl_python, "trl", {**base, "prompts": prompts},
                                  f"TRL (round {rnd + 1})")
             else:
-                sampler = side.split(":")[1]
-                out = run_worker(Path(sys.executable), "rlnb", {**base, "sampler": sampler},
-                                 f"rlnb {sampler} (round {rnd + 1})")
+                what = side.split(":")[1]  # loop, generate or compiled (the loop sampler)
+                sampler = "loop" if what == "compiled" else what
+                out = run_worker(Path(sys.executable), "rlnb",
+                                 {**base, "sampler": sampler, "compile": what == "compiled"},
+                                 f"rlnb {what} (round {rnd + 1})")
             runs[side].append(out)
 
     names = {"rlnb:loop": "rlnb (sampler=loop)", "rlnb:generate": "rlnb (sampler=generate)",
-             "trl": "TRL GRPOTrainer"}
+             "rlnb:compiled": "rlnb (policy.compile)", "trl": "TRL GRPOTrainer"}
     stats = {s: summarize(runs[s]) for s in sides}
     trl = stats.get("trl")
     print(f"  {'side':<26}{'median s':>10}{'min s':>9}{'period s':>10}{'gen share':>11}"
@@ -414,12 +418,13 @@ def bench_size(size: tuple[int, int, int], args, model_dir: str, trl_python: Pat
             ratio = f"{trl['median'] / st['median']:>13.2f}x{trl['min'] / st['min']:>8.2f}x"
         print(f"  {names[s]:<26}{st['median']:>10.3f}{st['min']:>9.3f}{st['period']:>10.3f}"
               f"{100 * st['gen_share']:>10.0f}%{st['length']:>10.2f}{ratio}")
-    if trl is not None and "rlnb:loop" in stats:
-        r_med = trl["median"] / stats["rlnb:loop"]["median"]
-        r_min = trl["min"] / stats["rlnb:loop"]["min"]
-        verdict = "MET" if r_med >= TARGET else "MISSED"
-        print(f"  target TRL / rlnb >= {TARGET}x: {verdict} (median {r_med:.2f}x, min/min "
-              f"{r_min:.2f}x)")
+    for side in ("rlnb:loop", "rlnb:compiled"):
+        if trl is not None and side in stats:
+            r_med = trl["median"] / stats[side]["median"]
+            r_min = trl["min"] / stats[side]["min"]
+            verdict = "MET" if r_med >= TARGET else "MISSED"
+            print(f"  target TRL / {names[side]} >= {TARGET}x: {verdict} (median {r_med:.2f}x, "
+                  f"min/min {r_min:.2f}x)")
 
     # checks that both sides did the same work
     if "trl" in runs and "rlnb:loop" in runs:
@@ -468,6 +473,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternating runs of each side")
     parser.add_argument("--threads", type=int, default=2, help="torch threads on both sides")
     parser.add_argument("--trl-venv", default=".venv-trl", help="TRL's venv (made if missing)")
+    parser.add_argument("--compile", action="store_true",
+                        help="add a row with policy.compile.enabled=true (its first round fills "
+                        "the compile cache; the first 2 steps of every run are dropped anyway)")
     parser.add_argument("--no-generate-row", action="store_true",
                         help="skip the rlnb policy.generation.sampler=generate row")
     parser.add_argument("--full-trl-config", action="store_true",
@@ -493,7 +501,7 @@ def main() -> None:
     venv = Path(args.trl_venv)
     venv = venv if venv.is_absolute() else ROOT / venv
     trl_python = ensure_trl_venv(venv, args.lora)
-    sides = ["rlnb:loop", "trl"]
+    sides = ["rlnb:loop", "trl", *(["rlnb:compiled"] if args.compile else [])]
     if not args.no_generate_row:
         if "sampler" in GenerationConfig.model_fields:
             sides.append("rlnb:generate")
