@@ -30,8 +30,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlnb.run.findings import FINDINGS
-
 FAST_STEPS = 2
 
 
@@ -226,10 +224,16 @@ _add(Experiment(
              "answers grow longer under the sequence-level loss than under the token-level one?",
     settings={"token-level": ["loss_fn.token_level_loss=true"],
               "sequence-level": ["loss_fn.token_level_loss=false"]},
-    # notebook 07's setup of the same finding (rlnb.run.findings): addition_think on sums up to
-    # 40, whose warm start stops at its accuracy gate instead of its 4000-step cap
-    steps=60, common=[o for o in FINDINGS["length_bias"].base
-                      if not o.startswith(("checkpointing.", "loss_fn.reference"))],
+    # addition_think on sums up to 40 (its warm start stops at its accuracy gate instead of its
+    # 4000-step cap), with room for every demonstration: the lab asks the question on a task
+    # where nothing pushes length either way; notebook 07's finding (rlnb.run.findings) uses
+    # cut-off demonstrations instead, to expose the effect
+    steps=60, common=["data.name=addition_think", "data.max_filler=4", "data.max_operand=20",
+                      "data.num_val=100", "grpo.max_val_samples=100",
+                      "policy.generation.max_new_tokens=12",
+                      "policy.max_total_sequence_length=24", "grpo.num_prompts_per_step=8",
+                      "grpo.num_generations_per_prompt=8", "policy.train_global_batch_size=64",
+                      "policy.train_micro_batch_size=64", "grpo.val_period=10"],
     metrics=("train/reward", "train/mean_gen_tokens_incorrect",
              "train/mean_gen_tokens_correct")))
 
