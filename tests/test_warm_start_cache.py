@@ -149,8 +149,11 @@ def test_settings_key_covers_sampling_and_precision_not_the_rl_optimizer():
     # read by the warm start: the SFT loss is taken at the sampling temperature, and probe
     # accuracy samples with these settings
     for override in ("policy.generation.temperature=0.7", "policy.generation.top_k=5",
-                     "policy.precision=bfloat16", "sft.lr=2e-3", "grpo.seed=3"):
+                     "policy.precision=bfloat16", "sft.lr=2e-3", "grpo.seed=3",
+                     "policy.compile.enabled=true"):  # its decode step samples the probe
         assert key(override) != base, override
+    # compiling off: its sub-options do nothing, and the key is the one from before the option
+    assert key("policy.compile.backend=aot_eager") == base
 
 
 # Modules whose functions run while a warm start is built but that never change its numbers,

@@ -74,9 +74,12 @@ def warm_start_key(trainer, cfg: SFTConfig) -> str:
     parts = [
         # the RL loop's optimizer and batch sizes never touch the warm start
         # nor do LoRA adapters: the warm start trains the base with them off (lora.py)
+        # policy.compile counts only when on (its decode step samples the probe): off, the key
+        # is the one a run had before the option existed, so those caches stay valid
         config.policy.model_dump(mode="json", exclude={
             "optimizer", "train_global_batch_size", "train_micro_batch_size",
-            "logprob_batch_size", "max_grad_norm", "lora"}),
+            "logprob_batch_size", "max_grad_norm", "lora",
+            *(() if config.policy.compile.enabled else ("compile",))}),
         config.data, cfg.model_copy(update={"cache": True}), loop.seed,
         trainer.policy.device.type,  # CPU and GPU kernels round differently
         # probe accuracy goes through the environment only in multi-turn rollouts
