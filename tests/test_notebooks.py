@@ -328,7 +328,7 @@ def _reproducing_findings(nb):
     # the findings: every diff printed, dynamic sampling skipped in fast mode, one table
     assert "+ loss_fn.token_level_loss=false" in out and "+ loss_fn.ratio_clip_max=0.28" in out
     assert "fast mode: skipped" in out
-    assert "7 comparisons from 2 seeds" in out  # 2 x 2 (length) + 3 (clip-higher)
+    assert "9 comparisons from 2 seeds" in out  # 2 x 3 (length) + 3 (clip-higher)
     assert "predicted effects reproduced with 2 seeds" in out
     summary = [t for t in tables if "Dr. GRPO" in t and "ε_high" in t and "verdict" in t]
     assert summary, "no table of all findings"
