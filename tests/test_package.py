@@ -119,8 +119,13 @@ def test_this_environment_is_the_lock():
     when the environment drifted from it (pip install -c requirements-lock.txt ...)."""
     from importlib.metadata import distributions
 
-    installed = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version.split("+")[0]
-                 for d in distributions()}
+    # the first of each name on sys.path is the one Python imports: later ones are shadowed
+    # (setuptools, once imported, e.g. by inductor's C++ builder, appends its _vendor folder with
+    # its own copies of platformdirs and others)
+    installed = {}
+    for d in distributions():
+        installed.setdefault(re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(),
+                             d.version.split("+")[0])
     lock = _pins(ROOT / "requirements-lock.txt")
     drift = {n: (installed[n], v) for n, v in lock.items() if n in installed and installed[n] != v}
     assert not drift, (
