@@ -26,7 +26,7 @@ from rlnb.engine.models.policy import Policy
 from rlnb.engine.models.sampler import COMPILED_DECODE
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
 from rlnb.engine.trainers.grpo import GRPOTrainer
-from tests.tiny_config import TINY, with_rewards
+from tiny_config import TINY, with_rewards
 
 # Eager and compiled float32 differ by reordered sums: inductor fuses a norm or a log-softmax
 # into one loop and accumulates in another order, a few ulps (1e-7 relative) per op, about 1e-6
@@ -186,7 +186,7 @@ def branching_llama():
 RUN = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, {root!r})
-    import tests.test_compile as t
+    import test_compile as t
     from torch._dynamo.utils import counters
     t.BUILDERS["branching"] = t.branching_llama
     trainer = t.make_trainer({arch!r}, *{overrides!r})
@@ -199,7 +199,7 @@ RUN = textwrap.dedent("""
 def run_process(cache: Path, arch: str, *overrides: str) -> tuple[dict, str]:
     env = {"RLNB_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin", "HOME": str(cache),
            "HF_HUB_OFFLINE": "1"}
-    script = RUN.format(root=str(Path(__file__).parent.parent), arch=arch, overrides=overrides)
+    script = RUN.format(root=str(Path(__file__).parent), arch=arch, overrides=overrides)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                          timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
