@@ -310,8 +310,11 @@ def test_ctrl_c_ends_both_sides_within_seconds(tmp_path):
                   flush=True)
     """))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # SIGINT as a terminal gives it: a shell running pytest in the background (``cmd &``)
+    # hands its children SIGINT ignored, and Python then never raises KeyboardInterrupt
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+                            stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines = []
     for line in proc.stdout:
         lines.append(line)

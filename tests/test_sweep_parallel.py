@@ -110,8 +110,10 @@ def test_ctrl_c_stops_every_running_point_and_a_rerun_resumes(tmp_path, env):
     args = ["sweep", FAKE, "-p", "seed", "0,1,2", "-p", "hold_file", hold, "--jobs", "2",
             "--root", "sw"]
     out = (tmp_path / "first.log").open("w")
+    # SIGINT as a terminal gives it (a background ``pytest &`` would hand it down ignored)
     sweep = subprocess.Popen([sys.executable, "-m", "rlnb.cli", *map(str, args)], cwd=tmp_path,
-                             env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+                             env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     root = tmp_path / "sw"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:  # seed 0 done, seeds 1 and 2 holding in their kernels
