@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_config import TINY, with_rewards
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -26,7 +27,6 @@ from rlnb.engine.models.policy import Policy
 from rlnb.engine.models.sampler import COMPILED_DECODE
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
 from rlnb.engine.trainers.grpo import GRPOTrainer
-from tiny_config import TINY, with_rewards
 
 # Eager and compiled float32 differ by reordered sums: inductor fuses a norm or a log-softmax
 # into one loop and accumulates in another order, a few ulps (1e-7 relative) per op, about 1e-6
