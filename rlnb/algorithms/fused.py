@@ -16,7 +16,7 @@ Implementation choices:
    supported.
 2) One compiled function per core (``dynamic=True``, so new batch shapes do not recompile);
    the first call per configuration compiles (seconds to tens of seconds on CPU).
-3) Same numbers as the eager core up to float rounding (tests/test_policy_loss.py).
+3) Same numbers as the eager core up to float rounding (tests/algorithms/test_policy_loss.py).
 """
 
 from __future__ import annotations

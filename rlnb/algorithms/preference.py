@@ -30,7 +30,7 @@ Implementation choices:
 6) ``num_valid_samples`` is Σ sm / 2 (pairs) for the pairwise losses and Σ sm (rows) for NLL.
 7) Deliberate addition: ``DPOLossFn.rows_per_call = 2`` tells ``SequencePackingLossWrapper`` to
    hand it whole pairs. NeMo-RL calls the loss one sequence at a time and so cannot pack DPO
-   batches (https://github.com/NVIDIA-NeMo/RL/issues/719); tests/test_packing.py checks
+   batches (https://github.com/NVIDIA-NeMo/RL/issues/719); tests/algorithms/test_packing.py checks
    packed == unpacked.
 8) ``NLLLoss(..., dpo_loss=True)`` returns NeMo-RL's per-row SFT term instead of the token mean:
    ``[B]`` of -Σ_t log π·tm·sm (÷ max(Σ_t tm·sm, 1) with ``dpo_average_log_probs``), the same

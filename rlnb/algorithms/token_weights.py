@@ -17,7 +17,7 @@ See docs/algorithms.md#masked-helpers-and-reductions.
 Implementation choices:
 1) The coefficients are exactly those of ``reduction.reduce_loss`` (the same masks, global
    counts and +1e-8), so autograd of ``clipped_pg_loss`` at ρ = 1 gives ``A·c``
-   (tests/test_mechanisms.py checks it).
+   (tests/engine/test_mechanisms.py checks it).
 2) ``token_sum`` is ``token_mean`` with the count replaced by the constant ``C``: Dr. GRPO
    divides the token sum by the generation budget, e.g. ``C = N_seq·max_new_tokens``, the same
    number whatever the batch's lengths. Within one batch it orders tokens as ``token_mean``.

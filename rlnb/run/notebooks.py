@@ -141,9 +141,20 @@ def _this_python_kernel_manager():
     return ThisPythonKernelManager
 
 
+def skip_iri_grammar() -> None:
+    """Spare every ``rlnb run`` / ``sweep`` / ``launch`` process 1.5-2 s of start-up: jsonschema
+    (imported by nbformat and papermill) imports ``rfc3987_syntax`` when it is installed (the
+    Jupyter server's ``jsonschema[format-nongpl]`` brings it), and that module builds 38 lark
+    grammars at import, to check the "iri" string format that no notebook schema uses. Marking
+    it absent makes jsonschema's optional import fail quietly; a process that already imported
+    it keeps it."""
+    sys.modules.setdefault("rfc3987_syntax", None)
+
+
 def _execute(notebook, output: Path, parameters: dict, *, kernel_name: str | None, cwd: Path,
              progress: bool) -> str | None:
     """Run ``notebook`` (a path or a NotebookNode) into ``output``; the error as one line."""
+    skip_iri_grammar()
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
@@ -216,6 +227,7 @@ def export_html(notebook: str | Path, html: str | Path | None = None,
                 title: str | None = None) -> Path:
     """Export a notebook to standalone HTML, widget outputs as their static fallback (see 4),
     formulas typeset by a local MathJax written beside it (``rlnb.run.mathjax``: no CDN)."""
+    skip_iri_grammar()
     import nbformat
     from nbconvert import HTMLExporter
 

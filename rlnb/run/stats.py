@@ -29,7 +29,7 @@ Implementation choices:
 5) Student t quantiles are computed here (no scipy): with ``x = sqrt(df) tan θ`` the t CDF is
    ``1/2 + c sqrt(df) ∫_0^θ cos^(df-1)(u) du``, ``c = Γ((df+1)/2) / (sqrt(df π) Γ(df/2))``, an
    integral over a bounded interval (Simpson's rule) that bisection inverts; it matches tables
-   to 1e-6 (``tests/test_stats.py``). ``df = inf`` uses the normal quantile.
+   to 1e-6 (``tests/run/test_stats.py``). ``df = inf`` uses the normal quantile.
 6) Power of the paired design: with ``n`` seeds and per-seed differences of sd ``s``, the
    smallest true mean difference the two-sided paired t test at level α detects with
    probability ``power`` is ``MDE = (t_{1-α/2, n-1} + t_{power, n-1})·s/√n``, the usual

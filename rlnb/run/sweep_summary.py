@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlnb.run.notebooks import _execute, _export
+from rlnb.run.notebooks import _execute, _export, skip_iri_grammar
 from rlnb.run.parameters import format_value
 from rlnb.run.stats import difference_ci, mean_sd
 
@@ -170,6 +170,7 @@ def write_report(root: str | Path, *, kernel_name: str | None = None
                  ) -> tuple[Path | None, Path | None, str | None]:
     """Build and execute ``report.ipynb`` in the sweep root, export ``report.html``; returns
     (notebook, html, error)."""
+    skip_iri_grammar()
     import nbformat
 
     root = Path(root)

@@ -18,7 +18,7 @@ Implementation choices (docs/algorithms.md#masked-helpers-and-reductions):
    ``*_max`` by min / max), then averaged over global batches.
 5) AdamW with linear warm-up then constant learning rate; gradient-norm clipping. AdamW runs
    its multi-tensor (``foreach``) form: the same numbers as the per-parameter loop, bit for bit,
-   in a few kernels per step (``tests/test_compile.py``); ``optimizer.fused`` takes the fused
+   in a few kernels per step (``tests/engine/test_compile.py``); ``optimizer.fused`` takes the fused
    kernel (equal to float rounding, not bit for bit).
 6) The reference policy is a frozen copy, made only when the KL penalty needs one. With LoRA
    adapters (``policy.lora``, ``lora.py``) only they train, and the reference is the same module

@@ -8,7 +8,7 @@ the model's KV cache, with the sampled token's log-prob taken as it is drawn.
 
 It draws the same tokens as ``model.generate(do_sample=True)`` with the same settings and seed:
 the same warpers in the same order (temperature, top-k, top-p), one ``torch.multinomial`` per
-step over all B rows, finished rows fed the pad token. ``tests/test_sampler.py`` checks that.
+step over all B rows, finished rows fed the pad token. ``tests/engine/test_sampler.py`` checks that.
 What it leaves out is ``generate``'s per-step machinery this use does not need: the logits
 processor and stopping-criteria lists, input re-preparation and cloning, and keeping every step's
 ``[B, V]`` logits (R·B·V floats: 1.2 GB at 128 x 16 tokens of a 152k vocabulary) only to compute

@@ -22,7 +22,7 @@ Implementation choices:
    GRPO and PPO runs of one model share a warm start.
 6) The code is a hash of the source of the modules in ``WEIGHT_CODE``: those whose functions
    run while the model is built and warm-started, the sampler included (sampled accuracy
-   decides when the run stops). ``tests/test_warm_start_cache.py`` traces a warm start and
+   decides when the run stops). ``tests/run/test_warm_start_cache.py`` traces a warm start and
    fails when a module runs that the list neither holds nor exempts. Package versions cover
    the libraries that compute the numbers (``package_versions``).
 """

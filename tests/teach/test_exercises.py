@@ -1,0 +1,188 @@
+"""The exercises: built from their sources, student copies free of solution code and stopping at
+their first stub, solution copies running headless with fast=True."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from paths import ROOT
+
+from rlnb.teach.build import BEGIN, END, build, notebook, parse, sources
+
+nbformat = pytest.importorskip("nbformat")
+papermill = pytest.importorskip("papermill")
+
+SOURCES = sources(ROOT / "notebooks" / "exercises")
+IDS = [p.stem for p in SOURCES]
+CELL_TIMEOUT_S = 600  # a hang guard, not a timing check
+STUB = re.compile(r'raise NotImplementedError\(("implement this: (?:[^"\\]|\\.)*")\)')
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("exercises")
+    build(out, ROOT / "notebooks" / "exercises")
+    return out
+
+
+def code(nb) -> str:
+    return "\n".join(c["source"] for c in nb["cells"] if c["cell_type"] == "code")
+
+
+def distinctive_lines(source: Path) -> list[str]:
+    """Every line of the source's solution blocks and solution cells that says something (not
+    blank, not a lone return, bracket or comment)."""
+    lines = []
+    for block in parse(source).solutions:
+        for text in block:
+            t = text.strip()
+            if len(t) > 12 and not t.startswith("#"):
+                lines.append(t)
+    return lines
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_the_student_copy_holds_no_solution_code(built, source):
+    """Search each student copy for every distinctive line of the source's
+    solutions (the student copy keeps the signatures, docstrings and the check calls)."""
+    student = (built / "student" / f"{source.stem}.ipynb").read_text(encoding="utf-8")
+    solution = (built / "solution" / f"{source.stem}.ipynb").read_text(encoding="utf-8")
+    lines = distinctive_lines(source)
+    assert len(lines) >= 2, f"{source.name}: too few solution lines to search for: {lines}"
+    for line in lines:
+        escaped = json.dumps(line)[1:-1]  # as it appears inside the notebook's JSON
+        assert escaped not in student, f"{source.name}: the student copy contains {line!r}"
+        assert escaped in solution, f"{source.name}: the solution copy lacks {line!r}"
+    assert "ANSWER_" not in solution, f"{source.name}: an answer placeholder was left in"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_both_copies_are_clean_notebooks_with_a_fast_parameter(built, source):
+    for copy in ("student", "solution"):
+        path = built / copy / f"{source.stem}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
+        assert nb.metadata.kernelspec.name == "python3"
+        cells = [c for c in nb.cells if c.cell_type == "code"]
+        assert all(not c.outputs and c.execution_count is None for c in cells), path
+        params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        assert len(params) == 1, f"{path}: {len(params)} parameters cells"
+        assert {"fast", "seed", "run_dir"} <= set(papermill.inspect_notebook(str(path))), path
+    student = nbformat.read(built / "student" / f"{source.stem}.ipynb", as_version=4)
+    stubs = STUB.findall(code(student))
+    blocks = [t for c in parse(source).cells if c.kind == "code" for t in c.lines if BEGIN.match(t)]
+    assert stubs and len(stubs) == len(blocks), f"{source.name}: {stubs}"
+
+
+def test_a_build_is_the_same_bytes_every_time(tmp_path):
+    a, b = build(tmp_path / "a"), build(tmp_path / "b")
+    assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
+
+
+def test_stub_replaces_the_block_at_its_indentation(tmp_path):
+    src = tmp_path / "01_x.py"
+    src.write_text('# %% [markdown]\n# # 01 · X\n\n# %% tags=["parameters"]\nfast = False\n\n'
+                   "# %%\ndef f(x):\n    \"\"\"doc\"\"\"\n    # BEGIN SOLUTION: double it\n"
+                   "    y = x * 2\n    return y\n    # END SOLUTION\n\n"
+                   '# %% [markdown] tags=["solution"]\n# the answer\n\n'
+                   '# %% [markdown] tags=["student"]\n# your answer\n')
+    ex = parse(src)
+    student, solution = notebook(ex, student=True), notebook(ex, student=False)
+    assert student["cells"][2]["source"] == ('def f(x):\n    """doc"""\n    raise '
+                                             'NotImplementedError("implement this: double it")')
+    assert solution["cells"][2]["source"] == 'def f(x):\n    """doc"""\n    y = x * 2\n    return y'
+    assert [c["source"] for c in student["cells"][3:]] == ["your answer"]
+    assert [c["source"] for c in solution["cells"][3:]] == ["the answer"]
+    assert BEGIN.match("    # BEGIN SOLUTION: x") and END.match("  # END SOLUTION")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("# %% [markdown]\n# # T\n# %%\nfast = 1\n", "exactly one code cell tagged parameters"),
+    ('# %% [markdown]\n# # T\n# %% tags=["parameters"]\nseed = 0\n', "must define fast"),
+    ('# %% [markdown]\n# # T\n# %% tags=["parameters"]\nfast = 0\n# %%\n# BEGIN SOLUTION: a\nx = 1\n',
+     "a BEGIN SOLUTION without an END SOLUTION"),
+    ('# %% [markdown]\n# # T\n# %% tags=["parameters"]\nfast = 0\n# %%\n# BEGIN SOLUTION\n'
+     "x = 1\n# END SOLUTION\n", "needs a hint"),
+    ('# %% [markdown]\n# # T\n# %% tags=["answer"]\nfast = 0\n', "unknown tag ['answer']"),
+    ('# %% [markdown]\n# # T\n# %% tags=["parameters"]\nfast = 0\n# %%markdown\n',
+     "a cell marker is"),
+])
+def test_a_malformed_source_is_refused_with_its_file_and_line(tmp_path, text, message):
+    (tmp_path / "01_bad.py").write_text(text)
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        build(tmp_path / "out", tmp_path)
+    assert "01_bad.py" in str(err.value)
+    assert not (tmp_path / "out").exists()  # checked before anything is written
+
+
+def test_the_command_builds_and_refuses_a_missing_source(tmp_path):
+    cmd = [sys.executable, "-m", "rlnb.cli", "teach", "build"]
+    ok = subprocess.run([*cmd, str(tmp_path / "out")], capture_output=True, text=True,
+                        timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert len(list((tmp_path / "out" / "student").glob("*.ipynb"))) == len(SOURCES)
+    bad = subprocess.run([*cmd, str(tmp_path / "x"), "--source", str(tmp_path / "nowhere")],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "no exercise sources at" in bad.stderr and "nowhere" in bad.stderr
+
+
+# --- executed headless
+
+
+def execute(path: Path, out: Path, cache: Path):
+    """Run a notebook with fast=True; the executed notebook and papermill's error (or None)."""
+    error = None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setenv("OMP_NUM_THREADS", "1")
+        mp.setenv("RLNB_CACHE_DIR", str(cache))
+        mp.setenv("JUPYTER_PATH", str(Path(sys.prefix) / "share" / "jupyter"))
+        try:
+            papermill.execute_notebook(str(path), str(out), parameters={"fast": True},
+                                       kernel_name="python3", cwd=str(path.parent),
+                                       execution_timeout=CELL_TIMEOUT_S, progress_bar=False)
+        except papermill.PapermillExecutionError as err:
+            error = err
+    return nbformat.read(out, as_version=4), error
+
+
+def outputs(nb):
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            yield i, out
+
+
+@pytest.mark.notebook
+@pytest.mark.slow
+@pytest.mark.parametrize("name", IDS)
+def test_the_solution_copy_runs_and_every_check_passes(built, name, tmp_path):
+    nb, error = execute(built / "solution" / f"{name}.ipynb", tmp_path / "out.ipynb",
+                        tmp_path / "cache")
+    errors = [f"cell {i}: {o['ename']}: {o['evalue']}" for i, o in outputs(nb)
+              if o["output_type"] == "error"]
+    assert error is None and not errors, errors
+    stdout = "".join(o.get("text", "") for _, o in outputs(nb) if o.get("name") == "stdout")
+    checks = len(re.findall(r"^teach\.check_\w+\(", code(nb), flags=re.M))
+    assert checks and stdout.count("✓ ") == checks, stdout
+    stderr = [o["text"][:300] for _, o in outputs(nb) if o.get("name") == "stderr"]
+    assert not stderr, stderr
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("name", IDS)
+def test_the_student_copy_stops_at_its_first_stub(built, name, tmp_path):
+    path = built / "student" / f"{name}.ipynb"
+    nb, error = execute(path, tmp_path / "out.ipynb", tmp_path / "cache")
+    assert error is not None and error.ename == "NotImplementedError", error
+    assert error.evalue.startswith("implement this: ")
+    first_stub = STUB.search(code(nb))
+    assert error.evalue == json.loads(first_stub.group(1))
+    failed = [i for i, o in outputs(nb) if o["output_type"] == "error"]
+    assert len(failed) == 1
+    stub_cell = next(i for i, c in enumerate(nb.cells) if "implement this" in c.source)
+    assert failed[0] == stub_cell  # the first cell with a stub, not a later one
