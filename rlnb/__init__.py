@@ -20,13 +20,13 @@ checkpoints, notebooks) <- ``rlnb.widgets``, ``rlnb.nemo`` and the CLI. Nothing 
 imports Jupyter packages; the UI layer is ``rlnb.widgets``.
 """
 
-from rlnb.algorithms import *  # noqa: F401,F403
-from rlnb.algorithms import __all__ as _algorithms_all
-
 __version__ = "0.1.0"
 
-# The engine and run plumbing load transformers; they are imported on first use, so that
-# `import rlnb` stays light (the algorithm layer needs only torch).
+# Everything is imported on first use: the algorithm layer (torch, about 2 s), the engine and run
+# plumbing (transformers as well). So `import rlnb` costs nothing, and the processes that never
+# touch a tensor (`rlnb run` / `rlnb sweep` of a notebook, a sweep point's papermill process, the
+# `rlnb launch` launcher) start without torch; `rlnb.grpo_advantages` or
+# `from rlnb import GRPOTrainer` load what they name.
 _LAZY = {
     "GRPOTrainer": "rlnb.engine.trainers.grpo",
     "GRPOConfig": "rlnb.engine.trainers.grpo",
@@ -49,14 +49,28 @@ _LAZY = {
     "signal_check": "rlnb.engine.signal_check",
     "group_reward": "rlnb.engine.environments.reward_funcs",
 }
-__all__ = [*_algorithms_all, *_LAZY, "__version__"]
+
+
+def _algorithms():
+    import importlib
+
+    return importlib.import_module("rlnb.algorithms")
 
 
 def __getattr__(name: str):
     import importlib
 
+    if name == "__all__":  # `from rlnb import *`: every algorithm name, then the lazy ones
+        return [*_algorithms().__all__, *_LAZY, "__version__"]
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in ("engine", "run"):  # `rlnb.run.notebooks.sweep(...)` after a bare `import rlnb`
+    if name in ("algorithms", "engine", "run"):  # `rlnb.run.sweep.sweep(...)` after `import rlnb`
         return importlib.import_module(f"rlnb.{name}")
+    algorithms = _algorithms()
+    if name in algorithms.__all__:
+        return getattr(algorithms, name)
     raise AttributeError(f"module 'rlnb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__getattr__("__all__")})

@@ -7,20 +7,30 @@ pandas and pyarrow are imported only when rollouts are written or read.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from rlnb.run.atomic import atomic_replace
 
 
+def is_tensor(value: Any) -> bool:
+    """A torch tensor, asked without importing torch: a process that never imported it holds
+    none, and the run directory's readers (``rlnb run``, a sweep's report) then start without
+    torch's 2 s import."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
 def column(name: str, values: Any) -> list[Any]:
     """One rollout column as a Python list: scalars per row, or one list per row for ``[B, T]``."""
-    if isinstance(values, torch.Tensor):
+    if is_tensor(values):
+        import torch
+
         values = values.detach().cpu()
         if values.dtype in (torch.bfloat16, torch.float16):  # numpy has no bfloat16
             values = values.float()
@@ -31,7 +41,7 @@ def column(name: str, values: Any) -> list[Any]:
                              "expected [B] or [B, T]")
         return values.tolist()
     if isinstance(values, (list, tuple)):  # ragged per-row lists stay as they are
-        return [column(f"{name}[{i}]", v) if isinstance(v, (torch.Tensor, np.ndarray)) else v
+        return [column(f"{name}[{i}]", v) if is_tensor(v) or isinstance(v, np.ndarray) else v
                 for i, v in enumerate(values)]
     raise TypeError(f"rollout column '{name}' must be a list, numpy array or tensor, "
                     f"got {type(values).__name__}")

@@ -40,12 +40,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 import yaml
 from pydantic import BaseModel
 
 from rlnb.config import flatten
 from rlnb.run.atomic import atomic_write_bytes, atomic_write_text
+from rlnb.run.rollout_files import is_tensor
 from rlnb.run.rollout_store import CHUNK_STEPS, RolloutStore
 
 # Dotted config keys (and prefixes of them) that may differ when resuming: they change what is
@@ -65,7 +65,7 @@ def _plain(value: Any, where: str) -> Any:
         return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, Path):
         return str(value)
-    if isinstance(value, (np.generic, torch.Tensor)) and np.ndim(value) == 0:
+    if (isinstance(value, np.generic) or is_tensor(value)) and np.ndim(value) == 0:
         return value.item()
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -90,7 +90,7 @@ def _format_diff(diff: list[tuple[str, Any, Any]]) -> str:
 
 def _metric_value(key: str, value: Any) -> int | float | bool | None:
     """A JSON-safe scalar: finite number, or ``None`` for NaN/inf."""
-    if isinstance(value, (torch.Tensor, np.ndarray, np.generic)):
+    if is_tensor(value) or isinstance(value, (np.ndarray, np.generic)):
         if np.ndim(value) != 0:
             raise TypeError(f"metric '{key}' must be a scalar, got shape {tuple(value.shape)}")
         value = value.item()

@@ -44,6 +44,23 @@ def test_import_rlnb_needs_no_jupyter_packages():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
+def test_import_rlnb_and_the_notebook_commands_load_no_torch():
+    """`import rlnb` loads nothing until a name is used, and what `rlnb run`, `sweep` and
+    `launch` (and a sweep point's process) load before a kernel starts never imports torch or
+    transformers: 2-3 s of start-up for every such process. A name still loads what it needs."""
+    code = (
+        "import sys, rlnb, rlnb.cli, rlnb.run.notebooks, rlnb.run.sweep, rlnb.run.executors, "
+        "rlnb.run.launch, rlnb.run.rundir, rlnb.run.sweep_summary\n"
+        "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "rlnb.grpo_advantages\n"
+        "assert 'torch' in sys.modules\n"
+        "from rlnb import GRPOTrainer\n"
+        "assert GRPOTrainer.__module__ == 'rlnb.engine.trainers.grpo'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
 def _install_and_import(tmp_path, editable: bool):
     """Build the wheel (or the PEP 660 editable wheel) with the project's build backend, unpack
     it into a fresh folder, and import from there in a neutral working directory.
