@@ -4,6 +4,7 @@
 #
 #   bash tests/run_vllm_tier.sh            # build if needed, then test
 #   REBUILD=1 bash tests/run_vllm_tier.sh  # throw the venv away and build it again
+#   PHASE=build bash tests/run_vllm_tier.sh # build (or check) the venv only, test nothing
 #   bash tests/run_vllm_tier.sh -k refit   # extra arguments go to pytest
 #
 # The recipe is the CPU path of docs/vllm.md. A venv counts as complete only when the stamp file
@@ -62,6 +63,8 @@ elif [ "$(sed -n 2p "$STAMP")" != "$project_hash" ]; then
 else
     say "reusing $VENV (complete: $STAMP matches the recipe)"
 fi
+
+[ "${PHASE:-all}" = build ] && exit 0
 
 # a broken venv must fail here, loudly, not as skipped tests
 run "$VENV/bin/python" -c "

@@ -190,7 +190,8 @@ def test_readme_quick_start_has_two_shell_blocks_installing_the_lock():
     assert [lang for lang, _ in blocks] == ["bash", "bash"]
     for _, body in blocks:
         assert "-c requirements-lock.txt" in body
-    assert "pytest" in blocks[1][1]
+    assert "bash tests/run_all.sh" in blocks[1][1]  # which runs pytest, then the tiers
+    assert "pytest -q -n 2" in (ROOT / "tests" / "run_all.sh").read_text()
     # the first command is the main tutorial, headless; it must exist where the README says
     first = re.search(r"^rlnb run (\S+)$", blocks[0][1], re.M)
     assert first and first.group(1) == "notebooks/01_grpo_step_by_step.ipynb"

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Everything CI tests, in the order it runs them, with the time of each part at the end:
+#   1. the full suite on the lock: `pytest -q -n 2` (two workers; tests/conftest.py);
+#   2. the vLLM tier: tests/run_vllm_tier.sh (vLLM's CPU build in its own venv, .venv-vllm);
+#   3. the version tiers: tests/run_version_tiers.sh (the smoke tests at the newest and the
+#      lowest versions pyproject.toml allows).
+# The tiers' venvs are built in the background while the suite runs: their installs wait on the
+# network and the disk far more than on the cores, and built one after the other they took
+# about 8 of CI's minutes. Their logs go to $RLNB_CI_LOGS (default: a temporary folder) and are
+# shown when a build fails.
+#
+#   bash tests/run_all.sh            # run from the repository's venv (README, "Quick start")
+#   PYTEST_ARGS="-n 3" bash tests/run_all.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+logs=${RLNB_CI_LOGS:-$(mktemp -d)}
+mkdir -p "$logs"
+export TIER_DIR=${TIER_DIR:-$logs/tiers}
+start=$SECONDS
+parts=()
+failed=0
+part() {  # part NAME COMMAND...: run it in the foreground, timed
+    local name=$1 t0=$SECONDS rc=0
+    shift
+    printf '\n=== %s\n' "$name"
+    "$@" || rc=$?
+    parts+=("$(printf '%6d s  %-6s load %-15s %s' $((SECONDS - t0)) "rc=$rc" \
+        "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')" "$name")")
+    [ $rc = 0 ] || failed=1
+    return 0
+}
+background() {  # background NAME LOG COMMAND...: start it; `finish NAME` waits and times it
+    local name=$1 log=$2
+    shift 2
+    ( t0=$SECONDS; "$@" > "$log" 2>&1; rc=$?
+      echo "$rc $((SECONDS - t0))" > "$logs/$name.done" ) &
+}
+finish() {  # finish NAME LOG: wait for a background part, record it, show its log on failure
+    local name=$1 log=$2 rc secs
+    while [ ! -f "$logs/$name.done" ]; do sleep 2; done
+    read -r rc secs < "$logs/$name.done"
+    parts+=("$(printf '%6d s  %-6s %-20s %s' "$secs" "rc=$rc" "(during the suite)" "$name")")
+    if [ "$rc" != 0 ]; then
+        printf '\n=== %s failed; its log (%s) ends:\n' "$name" "$log"
+        tail -40 "$log"
+        failed=1
+    fi
+}
+
+background "build the vLLM tier's venv" "$logs/vllm-build.log" \
+    env PHASE=build bash tests/run_vllm_tier.sh
+background "build the version tiers' venvs" "$logs/tiers-build.log" \
+    env PHASE=build bash tests/run_version_tiers.sh
+
+# shellcheck disable=SC2086  # PYTEST_ARGS is a list of flags
+part "pytest -q ${PYTEST_ARGS:--n 2} (the suite on the lock)" pytest -q ${PYTEST_ARGS:--n 2}
+finish "build the vLLM tier's venv" "$logs/vllm-build.log"
+finish "build the version tiers' venvs" "$logs/tiers-build.log"
+part "the vLLM tier" bash tests/run_vllm_tier.sh
+part "the version tiers" env PHASE=test bash tests/run_version_tiers.sh
+
+printf '\n=== tests/run_all.sh: time per part (%s cores; the builds overlapped the suite)\n' "$(nproc)"
+printf '%s\n' "${parts[@]}"
+printf '%6d s  total\n' $((SECONDS - start))
+exit $failed
