@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Everything CI tests, in the order it runs them, with the time of each part at the end:
 #   1. the full suite on the lock: `pytest -q -n 2` (two workers; tests/conftest.py);
-#   2. the vLLM tier: tests/run_vllm_tier.sh (vLLM's CPU build in its own venv, .venv-vllm);
-#   3. the version tiers: tests/run_version_tiers.sh (the smoke tests at the newest and the
-#      lowest versions pyproject.toml allows).
+#   2. the vLLM tier: tests/run_vllm_tier.sh (vLLM's CPU build in its own venv, .venv-vllm),
+#      beside the version tiers: tests/run_version_tiers.sh (the smoke tests at the newest and
+#      at the lowest versions pyproject.toml allows), the three at once.
 # The tiers' venvs are built in the background while the suite runs: their installs wait on the
 # network and the disk far more than on the cores, and built one after the other they took
 # about 8 of CI's minutes. Their logs go to $RLNB_CI_LOGS (default: a temporary folder) and are
@@ -15,6 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${RLNB_CI_LOGS:-$(mktemp -d)}
 mkdir -p "$logs"
+rm -f "$logs"/*.done  # a reused log folder's: `finish` must wait for this run's parts
 export TIER_DIR=${TIER_DIR:-$logs/tiers}
 start=$SECONDS
 parts=()
@@ -35,15 +36,16 @@ background() {  # background NAME LOG COMMAND...: start it; `finish NAME` waits 
     ( t0=$SECONDS; "$@" > "$log" 2>&1; rc=$?
       echo "$rc $((SECONDS - t0))" > "$logs/$name.done" ) &
 }
-finish() {  # finish NAME LOG: wait for a background part, record it, show its log on failure
-    local name=$1 log=$2 rc secs
+finish() {  # finish NAME LOG [WHEN [quiet]]: wait for a background part and record it; its log
+            # is shown on failure, unless quiet (the caller shows it whole)
+    local name=$1 log=$2 when=${3:-(during the suite)} rc secs
     while [ ! -f "$logs/$name.done" ]; do sleep 2; done
     read -r rc secs < "$logs/$name.done"
-    parts+=("$(printf '%6d s  %-6s %-20s %s' "$secs" "rc=$rc" "(during the suite)" "$name")")
-    if [ "$rc" != 0 ]; then
+    parts+=("$(printf '%6d s  %-6s %-20s %s' "$secs" "rc=$rc" "$when" "$name")")
+    [ "$rc" = 0 ] || failed=1
+    if [ "$rc" != 0 ] && [ "${4:-}" != quiet ]; then
         printf '\n=== %s failed; its log (%s) ends:\n' "$name" "$log"
         tail -40 "$log"
-        failed=1
     fi
 }
 
@@ -56,8 +58,24 @@ background "build the version tiers' venvs" "$logs/tiers-build.log" \
 part "pytest -q ${PYTEST_ARGS:--n 2} (the suite on the lock)" pytest -q ${PYTEST_ARGS:--n 2}
 finish "build the vLLM tier's venv" "$logs/vllm-build.log"
 finish "build the version tiers' venvs" "$logs/tiers-build.log"
-part "the vLLM tier" bash tests/run_vllm_tier.sh
-part "the version tiers" env PHASE=test bash tests/run_version_tiers.sh
+# the three tiers' tests side by side: each is a few minutes of one process, mostly
+# single-threaded (imports, one step of each loop, a notebook), so two cores hold three
+tiers=("the vLLM tier|bash tests/run_vllm_tier.sh"
+       "the newest tier|env PHASE=test TIERS=newest bash tests/run_version_tiers.sh"
+       "the lower tier|env PHASE=test TIERS=lower bash tests/run_version_tiers.sh")
+tier_start=$SECONDS
+for i in "${!tiers[@]}"; do
+    # shellcheck disable=SC2086  # the command is a word list
+    background "${tiers[$i]%%|*}" "$logs/tier$i.log" ${tiers[$i]#*|}
+done
+for i in "${!tiers[@]}"; do
+    name=${tiers[$i]%%|*}
+    finish "$name" "$logs/tier$i.log" "(beside the others)" quiet
+    printf '\n=== %s\n' "$name"
+    cat "$logs/tier$i.log"
+done
+parts+=("$(printf '%6d s  %-6s load %-15s %s' $((SECONDS - tier_start)) "" \
+    "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')" "the three tiers, side by side")")
 
 printf '\n=== tests/run_all.sh: time per part (%s cores; the builds overlapped the suite)\n' "$(nproc)"
 printf '%s\n' "${parts[@]}"

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -31,28 +32,46 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_head(home: Path, env: dict, attempts: int = 3):
+    """`ray start --head --block`, tried again when it times out: Ray gives its raylet a fixed
+    30 s to register with the GCS, which a loaded 2-core machine (CI builds venvs while the
+    suite runs) can miss. Returns the head process, its port and its log."""
+    ray_cli = Path(sys.executable).with_name("ray")
+    for attempt in range(1, attempts + 1):
+        port, log = free_port(), home / f"head{attempt}.log"
+        head = subprocess.Popen(
+            [str(ray_cli), "start", "--head", "--port", str(port), "--num-cpus", "2",
+             "--num-gpus", "0", "--block", "--include-dashboard=false", "--disable-usage-stats"],
+            env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 180
+        while "Ray runtime started" not in log.read_text():
+            if head.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        else:
+            return head, port, log
+        try:  # the whole session: the half-started GCS and raylet too
+            os.killpg(head.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        head.wait()
+        if attempt == attempts or "timed out during startup" not in log.read_text():
+            pytest.fail(f"ray start failed: {log.read_text()[-3000:]}")
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A one-node Ray cluster of 2 CPUs, as `ray start --head` makes one; HOME is private, so
     no token from elsewhere turns authentication on."""
     home = tmp_path_factory.mktemp("rayhome")
     env = {**os.environ, "HOME": str(home), "HF_HUB_OFFLINE": "1",
-           "RLNB_CACHE_DIR": str(home / "cache"), "RAY_USAGE_STATS_ENABLED": "0"}
+           "RLNB_CACHE_DIR": str(home / "cache"), "RAY_USAGE_STATS_ENABLED": "0",
+           # Ray's 30 s for the raylet to register, which a loaded 2-core machine can miss
+           "RAY_raylet_start_wait_time_s": "120"}
     for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "OMP_NUM_THREADS", "RANK", "WORLD_SIZE"):
         env.pop(key, None)
-    port = free_port()
-    log = home / "head.log"
-    ray_cli = Path(sys.executable).with_name("ray")
-    head = subprocess.Popen(
-        [str(ray_cli), "start", "--head", "--port", str(port), "--num-cpus", "2", "--num-gpus",
-         "0", "--block", "--include-dashboard=false", "--disable-usage-stats"],
-        env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 180
-    while "Ray runtime started" not in log.read_text():
-        if head.poll() is not None or time.monotonic() > deadline:
-            head.kill()
-            pytest.fail(f"ray start failed: {log.read_text()[-3000:]}")
-        time.sleep(0.5)
+    head, port, log = start_head(home, env)
     yield f"127.0.0.1:{port}", port, env
     tree = psutil.Process(head.pid).children(recursive=True)
     head.terminate()  # `ray start --block` stops its cluster on SIGTERM

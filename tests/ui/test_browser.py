@@ -197,10 +197,25 @@ print("STATE " + _json.dumps({
 }))"""
 
 
-def fast_copy_of_tutorial(dst: Path, *, probe: bool = False) -> None:
+# Inserted after the tutorial's first code cell (which builds `trainer`): every step also sleeps
+# PACE_S, so while Run N trains between two clicks the kernel mostly waits instead of computing.
+# What is checked is unchanged (steps end whole, a cell answers while training runs, Stop ends
+# it); without it the kernel kept a core busy for the whole test (about 100 s of CPU) on a
+# machine whose 2 cores another test worker shares.
+PACE_S = 0.2
+PACE = f"""# PACE: the test's own (tests/ui/test_browser.py): every step also sleeps {PACE_S} s
+import time as _time
+_unpaced_step = trainer.step
+def _paced_step(*args, **kwargs):
+    _time.sleep({PACE_S})
+    return _unpaced_step(*args, **kwargs)
+trainer.step = _paced_step"""
+
+
+def fast_copy_of_tutorial(dst: Path, *, probe: bool = False, pace: bool = False) -> None:
     """Copy the tutorial with its parameters cell switched to `fast = True` and the kernel set
     to the lab's python3 (whatever kernel name the notebook was saved with); `probe` appends
-    the PROBE cell."""
+    the PROBE cell, `pace` inserts the PACE cell after the cell that builds the trainer."""
     nb = json.loads(TUTORIAL.read_text())
     tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1, f"{TUTORIAL.name} needs exactly one cell tagged 'parameters'"
@@ -211,6 +226,10 @@ def fast_copy_of_tutorial(dst: Path, *, probe: bool = False) -> None:
     cell["source"] = source
     if probe:
         nb["cells"].append({**code_cell(PROBE), "id": "rlnb-test-probe"})
+    if pace:
+        builds = next(i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
+                      and "trainer = run.trainer" in "".join(c["source"]))
+        nb["cells"].insert(builds + 1, {**code_cell(PACE), "id": "rlnb-test-pace"})
     nb["metadata"]["kernelspec"] = KERNELSPEC
     dst.write_text(json.dumps(nb))
 
@@ -281,7 +300,7 @@ def test_tutorial_controls_in_the_browser(lab, browser, tmp_path):
     """01_grpo_step_by_step with fast=True, Run All, then every control clicked through the
     page: each click's effect is checked in the page and, through a cell run in the page, in
     the kernel. A control whose click has no effect fails here."""
-    fast_copy_of_tutorial(lab.root / TUTORIAL.name, probe=True)
+    fast_copy_of_tutorial(lab.root / TUTORIAL.name, probe=True, pace=True)
     with notebook_session(browser, lab, TUTORIAL.name, tmp_path) as nb:
         page = nb.page
         run_all_cells(page, timeout=240)
