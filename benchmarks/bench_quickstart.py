@@ -87,15 +87,17 @@ def main() -> int:
           f"torch {torch.__version__}, CPU class {capability}, {os.cpu_count()} cores, "
           f"{args.jobs} at a time; load {os.getloadavg()[0]:.2f} at start", flush=True)
     threads = 1 if args.jobs > 1 else None
-    with ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda s: run_seed(s, args.capability, threads), args.seeds))
+    results = []
+    with ThreadPoolExecutor(args.jobs) as pool:  # each seed's line as soon as it is done
+        for r in pool.map(lambda s: run_seed(s, args.capability, threads), args.seeds):
+            results.append(r)
+            if "error" in r:
+                print(f"seed {r['seed']}: FAILED: {r['error']}", flush=True)
+            else:
+                print(f"seed {r['seed']}: {100 * r['before']:.1f}% -> {100 * r['after']:.1f}% "
+                      f"({r['gain']:+.1f} points) after {r['steps']} steps in "
+                      f"{r['seconds']:.0f} s; load {os.getloadavg()[0]:.2f}", flush=True)
     ok = [r for r in results if "error" not in r]
-    for r in results:
-        if "error" in r:
-            print(f"seed {r['seed']}: FAILED: {r['error']}")
-        else:
-            print(f"seed {r['seed']}: {100 * r['before']:.1f}% -> {100 * r['after']:.1f}% "
-                  f"({r['gain']:+.1f} points) after {r['steps']} steps in {r['seconds']:.0f} s")
     if ok:
         def span(key, scale=1.0, fmt="{:.1f}"):
             values = [scale * r[key] for r in ok]
