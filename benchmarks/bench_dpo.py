@@ -32,9 +32,9 @@ import os
 import torch
 
 from rlnb.engine.trainers.loops import make_trainer
-from rlnb.run.master_config import load_config
-from rlnb.run.timed import train_for
-from rlnb.run.warm_start_cache import cached_warm_start
+from rlnb.run.config.master_config import load_config
+from rlnb.run.store.warm_start_cache import cached_warm_start
+from rlnb.run.training.timed import train_for
 
 ARMS = {
     "offline_dpo": ("configs/dpo_tiny.yaml", ["dpo.pairs.source=warm_start"]),

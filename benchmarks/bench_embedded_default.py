@@ -37,7 +37,7 @@ PREVIOUS = [
 
 
 def run_seed(seed: int, overrides: list[str]) -> dict:
-    from rlnb.run.session import TrainingRun
+    from rlnb.run.training.session import TrainingRun
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["RLNB_CACHE_DIR"] = os.path.join(tmp, "cache")  # cold: no cached warm start

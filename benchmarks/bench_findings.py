@@ -1,6 +1,6 @@
 """Do rlnb's knobs reproduce published findings at toy scale? A pilot for power, then one table.
 
-For each finding of ``rlnb.run.findings.FINDINGS`` (1 Dr. GRPO's length bias, 2 DAPO's
+For each finding of ``rlnb.run.experiments.findings.FINDINGS`` (1 Dr. GRPO's length bias, 2 DAPO's
 clip-higher, 3 DAPO's dynamic sampling) every setting trains the tiny character-level Llama from
 its warm start (cached after the first run of a seed; settings of one finding share it) over
 the seeds, through ``rlnb.ablate`` (in this process, or ``--jobs N`` processes).
@@ -10,8 +10,8 @@ the seeds, through ``rlnb.ablate`` (in this process, or ``--jobs N`` processes).
    planned seeds can detect is printed before the main run (80 % power, two-sided α = 0.05).
    The spread after a few steps is not the spread after many: read it as a first guess.
 2. Main run: per metric and comparison, A's and B's mean ± sd over seeds, the paired 95 % t
-   interval of A − B (``rlnb.run.stats``), the sd of the per-seed differences, the smallest
-   effect these seeds detect, the seeds the observed difference would need, and whether the
+   interval of A − B (``rlnb.run.experiments.stats``), the sd of the per-seed differences, the
+   smallest effect these seeds detect, the seeds the observed difference would need, and whether the
    interval lies on the side the paper predicts ("yes"), or "not reproduced". The settings were
    chosen on tuning seeds 10-19; the seeds reported are 0, 1, ... (``Finding.seeds`` of them).
 
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from rlnb.run.findings import FINDINGS, run_finding
+from rlnb.run.experiments.findings import FINDINGS, run_finding
 
 COLUMNS = ("metric", "A mean ± sd", "B mean ± sd", "A − B [95 % CI]", "sd(A − B)",
            "detectable (80 % power)", "seeds for A − B", "verdict")

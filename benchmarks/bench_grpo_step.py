@@ -50,7 +50,7 @@ import rlnb.engine.models.policy as policy
 import rlnb.engine.trainers.grpo as grpo
 from rlnb.engine.models.backend import response_mask_and_truncation, tokenize_prompts
 from rlnb.engine.trainers.grpo import GRPOTrainer
-from rlnb.run.master_config import load_config
+from rlnb.run.config.master_config import load_config
 
 BASE = ["grpo.val_period=0", "sft.enabled=false"]
 CONFIGS = {
@@ -282,7 +282,7 @@ class StepBench:
         self.device = device
         self.t = t = GRPOTrainer(cfg)
         if args.warm:  # the warm-started policy: answers end at EOS after a few tokens
-            from rlnb.run.warm_start_cache import cached_warm_start
+            from rlnb.run.store.warm_start_cache import cached_warm_start
 
             cached_warm_start(t, cfg.sft, log=lambda *a: None)
         t.policy.model.to(device)  # in place: optimizer, generator and reference keep the params

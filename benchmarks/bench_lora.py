@@ -13,7 +13,7 @@ Per variant it prints: trainable / total parameters, the model state training ho
 besides activations (weights + gradients + optimizer state + reference copy, in bytes of the
 tensors), the optimizer's state (Adam's two moments and
 its step counters, bytes of every tensor in ``optimizer.state``), the reference copy, the
-checkpoint on disk (``model/`` plus ``optimizer.pt``, written by ``rlnb.run.checkpoint``), the
+checkpoint on disk (``model/`` plus ``optimizer.pt``, written by ``rlnb.run.store.checkpoint``), the
 median and min seconds of ``trainer.step()`` and of its update stage
 (``timing/train/policy_training``), and the process's peak resident memory (``ru_maxrss``: the
 model, optimizer, reference and activations over the whole run). The variants alternate
@@ -59,8 +59,8 @@ def worker(spec: dict) -> dict:
 
     torch.set_num_threads(spec["threads"])
     from rlnb.engine.trainers.grpo import GRPOTrainer
-    from rlnb.run.checkpoint import save_checkpoint
-    from rlnb.run.master_config import load_config
+    from rlnb.run.config.master_config import load_config
+    from rlnb.run.store.checkpoint import save_checkpoint
 
     cfg = load_config(str(ROOT / "configs" / "tiny.yaml"), spec["overrides"])
     trainer = GRPOTrainer(cfg)

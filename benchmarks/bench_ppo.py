@@ -27,8 +27,8 @@ import time
 import torch
 
 from rlnb.engine.trainers.loops import make_trainer
-from rlnb.run.master_config import load_config
-from rlnb.run.warm_start_cache import cached_warm_start
+from rlnb.run.config.master_config import load_config
+from rlnb.run.store.warm_start_cache import cached_warm_start
 
 CONFIGS = {"ppo": "configs/ppo_tiny.yaml", "grpo": "configs/tiny.yaml"}
 

@@ -27,11 +27,11 @@ import time
 import torch
 
 import rlnb
-from rlnb.engine.signal_check import signal_check
+from rlnb.engine.inspection.signal_check import signal_check
 from rlnb.engine.trainers.base import isolated_rng
 from rlnb.engine.trainers.loops import make_trainer
 from rlnb.engine.trainers.rollout import groups_with_signal, sample_and_score
-from rlnb.run.warm_start_cache import cached_warm_start
+from rlnb.run.store.warm_start_cache import cached_warm_start
 
 
 def load() -> str:

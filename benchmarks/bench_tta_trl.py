@@ -96,7 +96,7 @@ def worker_rlnb(spec: dict) -> dict:
 
     torch.set_num_threads(spec["threads"])
     from rlnb.engine.trainers.grpo import GRPOTrainer
-    from rlnb.run.master_config import load_config
+    from rlnb.run.config.master_config import load_config
 
     trainer = GRPOTrainer(load_config(str(CONFIG), rlnb_overrides(spec)))
     G, model, index, prompts, rewards = spec["G"], trainer.policy.model, [], [], []
@@ -295,8 +295,8 @@ def prepare_start(seed: int, folder: str, log) -> dict:
     warm-started trainer itself measures it (``Trainer.validate`` at step 0)."""
     from rlnb.engine.models.tiny import save_tiny
     from rlnb.engine.trainers.grpo import GRPOTrainer
-    from rlnb.run.master_config import load_config
-    from rlnb.run.warm_start_cache import cached_warm_start
+    from rlnb.run.config.master_config import load_config
+    from rlnb.run.store.warm_start_cache import cached_warm_start
 
     cfg = load_config(str(CONFIG), [f"grpo.seed={seed}"])
     trainer = GRPOTrainer(cfg)
@@ -312,7 +312,7 @@ def score_snapshots(spec: dict, index: list[dict]) -> list[tuple[int, float, flo
     from safetensors.torch import load_file
 
     from rlnb.engine.trainers.grpo import GRPOTrainer
-    from rlnb.run.master_config import load_config
+    from rlnb.run.config.master_config import load_config
 
     trainer = GRPOTrainer(load_config(str(CONFIG), rlnb_overrides(spec)))
     curve = []
@@ -462,7 +462,7 @@ def main() -> None:
     import torch
     import transformers
 
-    from rlnb.run.master_config import load_config
+    from rlnb.run.config.master_config import load_config
 
     torch.set_num_threads(args.threads)
     transformers.utils.logging.disable_progress_bar()  # saving and loading the tiny model

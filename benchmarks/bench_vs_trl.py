@@ -107,7 +107,7 @@ def worker_rlnb(spec: dict) -> dict:
 
     torch.set_num_threads(spec["threads"])
     from rlnb.engine.trainers.grpo import GRPOTrainer
-    from rlnb.run.master_config import load_config
+    from rlnb.run.config.master_config import load_config
 
     P, G, R = spec["P"], spec["G"], spec["R"]
     overrides = [
@@ -380,7 +380,7 @@ def print_trl_config(out: dict, full: bool) -> None:
 def bench_size(size: tuple[int, int, int], args, model_dir: str, trl_python: Path,
                sides: list[str], first: bool) -> None:
     from rlnb.engine.environments.tasks import build_task
-    from rlnb.run.master_config import load_config
+    from rlnb.run.config.master_config import load_config
 
     P, G, R = size
     cfg = load_config(str(ROOT / "configs" / "tiny.yaml"))

@@ -20,8 +20,8 @@ import time
 import torch
 
 from rlnb.engine.trainers.grpo import GRPOTrainer
-from rlnb.run.master_config import load_config
-from rlnb.run.warm_start_cache import cached_warm_start
+from rlnb.run.config.master_config import load_config
+from rlnb.run.store.warm_start_cache import cached_warm_start
 
 
 def run(config: str, overrides: list[str], seed: int, steps: int, val_every: int) -> dict:

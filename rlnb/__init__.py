@@ -35,18 +35,18 @@ _LAZY = {
     "AsyncGRPOTrainer": "rlnb.engine.trainers.async_grpo",
     "DPOTrainer": "rlnb.engine.trainers.dpo",
     "DPOConfig": "rlnb.engine.trainers.dpo",
-    "PreferenceBatch": "rlnb.engine.preference_batch",
+    "PreferenceBatch": "rlnb.engine.data.preference_batch",
     "Policy": "rlnb.engine.models.policy",
-    "RolloutBatch": "rlnb.engine.batches",
-    "AdvantageBatch": "rlnb.engine.batches",
-    "UpdateResult": "rlnb.engine.batches",
-    "StepMetrics": "rlnb.engine.batches",
-    "TrainingRun": "rlnb.run.session",
-    "auto_accelerator": "rlnb.run.accelerator",
-    "MasterConfig": "rlnb.run.master_config",
-    "load_config": "rlnb.run.master_config",
-    "ablate": "rlnb.run.ablation",
-    "signal_check": "rlnb.engine.signal_check",
+    "RolloutBatch": "rlnb.engine.data.batches",
+    "AdvantageBatch": "rlnb.engine.data.batches",
+    "UpdateResult": "rlnb.engine.data.batches",
+    "StepMetrics": "rlnb.engine.data.batches",
+    "TrainingRun": "rlnb.run.training.session",
+    "auto_accelerator": "rlnb.run.training.accelerator",
+    "MasterConfig": "rlnb.run.config.master_config",
+    "load_config": "rlnb.run.config.master_config",
+    "ablate": "rlnb.run.experiments.ablation",
+    "signal_check": "rlnb.engine.inspection.signal_check",
     "group_reward": "rlnb.engine.environments.reward_funcs",
 }
 
@@ -64,7 +64,8 @@ def __getattr__(name: str):
         return [*_algorithms().__all__, *_LAZY, "__version__"]
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in ("algorithms", "engine", "run"):  # `rlnb.run.sweep.sweep(...)` after `import rlnb`
+    # `rlnb.run.experiments.sweep.sweep(...)` after `import rlnb`
+    if name in ("algorithms", "engine", "run"):
         return importlib.import_module(f"rlnb.{name}")
     algorithms = _algorithms()
     if name in algorithms.__all__:

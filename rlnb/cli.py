@@ -11,9 +11,10 @@
     rlnb teach build OUT [--source DIR]   the exercises' student and solution notebooks
     rlnb preflight [--fast] [--steps K]   before a lab: install, kernel, warm starts, speed
 
-Notebook commands (``rlnb.run.notebooks``, ``rlnb.run.sweep``, ``rlnb.run.launch``): ``-p`` values
-are read as YAML; a KEY with a dot (``-p loss_fn.ratio_clip_max 0.28``) is a config override
-appended to the notebook's ``overrides``, any other KEY a papermill parameter. Exit codes: 0 done,
+Notebook commands (``rlnb.run.notebooks.execute``, ``rlnb.run.experiments.sweep``,
+``rlnb.run.pools.launch``): ``-p`` values are read as YAML; a KEY with a dot
+(``-p loss_fn.ratio_clip_max 0.28``) is a config override appended to the notebook's
+``overrides``, any other KEY a papermill parameter. Exit codes: 0 done,
 1 a notebook failed (it is saved with the error), 2 bad arguments (nothing written).
 """
 
@@ -23,7 +24,7 @@ import argparse
 import os
 import sys
 
-from rlnb.cli_notebooks import USER_ERRORS, _launch, _message, _run, _sweep
+from rlnb.cli_notebooks import USER_ERRORS, error_message, rlnb_launch, rlnb_run, rlnb_sweep
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -34,8 +35,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from rlnb.run.accelerator import RankWatch, auto_accelerator
-    from rlnb.run.session import TrainingRun
+    from rlnb.run.training.accelerator import RankWatch, auto_accelerator
+    from rlnb.run.training.session import TrainingRun
 
     items = list(args.items)
     config = items.pop(0) if items and "=" not in items[0] else None
@@ -68,7 +69,7 @@ def _train(args: argparse.Namespace) -> int:
     except USER_ERRORS as err:
         if watch is not None:
             watch.report(err)
-        print(f"rlnb train: {_message(err)}", file=sys.stderr)
+        print(f"rlnb train: {error_message(err)}", file=sys.stderr)
         return 2
     except Exception as err:  # a rank died: the others see a lost connection or SIGTERM
         blame = watch.blame(err) if watch is not None else None
@@ -86,12 +87,12 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from rlnb.run.verify import verify_run
+    from rlnb.run.training.verify import verify_run
 
     try:
         report = verify_run(args.run_dir, args.from_step, args.steps)
     except USER_ERRORS as err:
-        print(f"rlnb verify: {_message(err)}", file=sys.stderr)
+        print(f"rlnb verify: {error_message(err)}", file=sys.stderr)
         return 2
     print(f"\nrlnb verify: {report.summary()}")
     return 0 if report.exact else 1
@@ -203,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-dir", default=None,
                      help="run directory (default runs/<notebook>-<time>)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
-    run.set_defaults(func=_run)
+    run.set_defaults(func=rlnb_run)
     sweep = sub.add_parser("sweep", help="run a notebook over a grid of parameters, with a report",
                            description="Run a notebook once per point of a grid of parameters "
                                        "(one run directory each) and write an HTML report "
@@ -229,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="when resuming, rerun the points that failed too")
     sweep.add_argument("--force", action="store_true",
                        help="when resuming, rerun every point")
-    sweep.set_defaults(func=_sweep)
+    sweep.set_defaults(func=rlnb_sweep)
     launch = sub.add_parser("launch", help="run a notebook on N processes (accelerate)",
                             description="Run a notebook on N processes, one rank each, through "
                                         "accelerate (GPUs, or CPU processes over gloo), on one "
@@ -250,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--main-process-port", type=int, default=None, metavar="P",
                         help="machine 0's rendezvous port (default: 29500 with several "
                              "machines, a free one with one)")
-    launch.set_defaults(func=_launch)
+    launch.set_defaults(func=rlnb_launch)
 
     teach = sub.add_parser("teach", help="build the exercises of a lab (docs/teaching.md)",
                            description="Exercises with checks for a lab on RL for LLMs.")
@@ -291,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # not a user's mistake: one line, the traceback on request
         if os.environ.get("RLNB_DEBUG"):
             raise
-        print(f"rlnb {args.command}: failed: {type(err).__name__}: {_message(err)} "
+        print(f"rlnb {args.command}: failed: {type(err).__name__}: {error_message(err)} "
               "(RLNB_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1
 

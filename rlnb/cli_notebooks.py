@@ -12,7 +12,8 @@ from pathlib import Path
 USER_ERRORS = (ValueError, FileNotFoundError, ImportError)
 
 
-def _message(err: BaseException) -> str:
+def error_message(err: BaseException) -> str:
+    """A user's mistake as the one line a command prints (a missing module: which one)."""
     if isinstance(err, ImportError) and not isinstance(err, ModuleNotFoundError):
         return str(err)
     if isinstance(err, ModuleNotFoundError):
@@ -39,7 +40,7 @@ def _notebook_command(name: str, call) -> int:
               "pip install -e '.[notebook]'", file=sys.stderr)
         return 2
     except USER_ERRORS as err:
-        print(f"rlnb {name}: {_message(err)}", file=sys.stderr)
+        print(f"rlnb {name}: {error_message(err)}", file=sys.stderr)
         return 2
 
 
@@ -51,7 +52,7 @@ def _run_files(run_dir: Path) -> str:
 
 def _run_metrics(run_dir: Path) -> str | None:
     """'N steps; held-out accuracy a -> b; reward x -> y' from the run's metrics.jsonl."""
-    from rlnb.run.rundir import RunDir, read_metrics_file
+    from rlnb.run.store.rundir import RunDir, read_metrics_file
 
     records = read_metrics_file(run_dir / RunDir.METRICS)
     if not records:
@@ -64,9 +65,10 @@ def _run_metrics(run_dir: Path) -> str | None:
     return "; ".join(parts)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from rlnb.run.notebooks import run_notebook
-    from rlnb.run.parameters import parse_pairs
+def rlnb_run(args: argparse.Namespace) -> int:
+    """``rlnb run``: one notebook, then where its run directory and files are."""
+    from rlnb.run.notebooks.execute import run_notebook
+    from rlnb.run.notebooks.parameters import parse_pairs
 
     def call():
         params = parse_pairs(args.param)
@@ -87,8 +89,9 @@ def _run(args: argparse.Namespace) -> int:
     return _notebook_command("run", call)
 
 
-def _sweep(args: argparse.Namespace) -> int:
-    from rlnb.run.sweep import parse_grid, sweep
+def rlnb_sweep(args: argparse.Namespace) -> int:
+    """``rlnb sweep``: a grid of runs, then how many finished and where the report is."""
+    from rlnb.run.experiments.sweep import parse_grid, sweep
 
     def call():
         grid, fixed = parse_grid(args.param)
@@ -109,9 +112,10 @@ def _sweep(args: argparse.Namespace) -> int:
     return _notebook_command("sweep", call)
 
 
-def _launch(args: argparse.Namespace) -> int:
-    from rlnb.run.launch import RANKS, launch
-    from rlnb.run.parameters import parse_pairs
+def rlnb_launch(args: argparse.Namespace) -> int:
+    """``rlnb launch``: one notebook on N ranks, then each rank's notebook and error."""
+    from rlnb.run.notebooks.parameters import parse_pairs
+    from rlnb.run.pools.launch import RANKS, launch
 
     def call():
         params = parse_pairs(args.param)

@@ -5,7 +5,7 @@
 Tabs: the advantage estimators side by side (summary, per-response table, a figure of each
 response's sequence advantage per estimator), and the loss settings (clipping, dual clip, KL
 estimators) as dry-run updates on the same tokens. The numbers come from
-``rlnb.engine.counterfactual``; nothing here changes the trainer.
+``rlnb.engine.inspection.counterfactual``; nothing here changes the trainer.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class EstimatorComparison(LiveAndStatic):
     def __init__(self, trainer, batch, *, estimators=None, loss_settings=None):
         import ipywidgets as w
 
-        from rlnb.engine.counterfactual import (
+        from rlnb.engine.inspection.counterfactual import (
             compare_estimators,
             compare_losses,
             estimator_summary,

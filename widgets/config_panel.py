@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import html
 
-from rlnb.engine.counterfactual import trainable_estimators
+from rlnb.engine.inspection.counterfactual import trainable_estimators
 from rlnb.widgets.static import LiveAndStatic, table_html
 
 # dotted key -> (label, widget kind, options: a tuple, or a function returning one when the

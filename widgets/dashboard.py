@@ -196,7 +196,7 @@ class Dashboard(LiveAndStatic):
     @classmethod
     def from_run_dir(cls, path: str | Path, **kwargs) -> Dashboard:
         """Replay a saved run's ``metrics.jsonl`` (no trainer needed)."""
-        from rlnb.run.rundir import RunDir, read_metrics_file
+        from rlnb.run.store.rundir import RunDir, read_metrics_file
 
         records = read_metrics_file(Path(path) / RunDir.METRICS)
         config = Path(path) / RunDir.CONFIG

@@ -4,15 +4,15 @@
     show(band_figure(result, "train/approx_entropy"))                # against the step
     show(band_figure(result, "validation/accuracy", x="wall_s"))     # against training time
 
-The runs and the numbers (mean, sd and count per step: ``rlnb.run.effects.band_frame``) are the
-run layer's; only the drawing is here, so ``rlnb`` itself never imports plotly.
+The runs and the numbers (mean, sd and count per step: ``rlnb.run.experiments.effects.band_frame``)
+are the run layer's; only the drawing is here, so ``rlnb`` itself never imports plotly.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rlnb.run.effects import X_TITLES, band_frame
+from rlnb.run.experiments.effects import X_TITLES, band_frame
 
 
 def band_figure(runs, key: str | None = None, x: str = "step", title: str | None = None):

@@ -7,8 +7,8 @@
 The inspector shows a group's responses with reward, sequence advantage, length and truncation,
 and flags groups whose rewards are all equal (zero std: GRPO gives them no learning signal).
 The token view colours every response token by one per-token quantity from
-``rlnb.engine.token_stats.token_stats``: advantage, probability ratio, KL, entropy, or the
-generation-vs-training log-prob gap (diverging colours around the neutral value, hover for the
+``rlnb.engine.inspection.token_stats.token_stats``: advantage, probability ratio, KL, entropy, or
+the generation-vs-training log-prob gap (diverging colours around the neutral value, hover for the
 number), or the importance weight exp of that gap (the async loop's stale groups). Full
 colour is the group's largest deviation from the neutral value, but never less than a floor
 per quantity (``SCALE_FLOOR``), so float rounding is not drawn as if it were an effect.
@@ -109,7 +109,7 @@ class TokenView(LiveAndStatic):
                  group: int = 0, kl_type: str = "k3"):
         import ipywidgets as w
 
-        from rlnb.engine.token_stats import QUANTITIES, token_stats
+        from rlnb.engine.inspection.token_stats import QUANTITIES, token_stats
 
         self.trainer, self.batch, self.advantages = trainer, batch, advantages
         self.stats = token_stats(trainer.policy, batch, advantages, kl_type=kl_type)

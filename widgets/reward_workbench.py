@@ -7,7 +7,7 @@ figure.
     show(signal_figure(rlnb.signal_check(trainer)))
 
 Display only (no controls): the numbers come from ``rlnb.engine.environments.reward_table`` and
-``rlnb.engine.signal_check``; this module lays them out.
+``rlnb.engine.inspection.signal_check``; this module lays them out.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     for fig in sweep_figures("runs/sweep-01_grpo_step_by_step-..."):
         show(fig)
 
-The sweep's table and records are the run layer's (``rlnb.run.sweep_summary``); only the
+The sweep's table and records are the run layer's (``rlnb.run.experiments.sweep_summary``); only the
 drawing is here.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlnb.run.sweep_summary import read_sweep, seed_keys, setting_label
+from rlnb.run.experiments.sweep_summary import read_sweep, seed_keys, setting_label
 
 FIGURE_METRICS = ("train/reward", "validation/accuracy")
 

@@ -115,7 +115,7 @@ result.table
 # 1. Under the sequence-level loss responses were longer on two seeds of three, by about 1-2
 #    tokens, but right and wrong answers alike; Dr. GRPO's claim is that *wrong* answers grow.
 #    The paired 95 % t interval of the difference for wrong answers over the three seeds is
-#    +0.98 [−1.28, +3.24] tokens (`rlnb.run.stats.difference_ci`): it contains 0.
+#    +0.98 [−1.28, +3.24] tokens (`rlnb.run.experiments.stats.difference_ci`): it contains 0.
 # 2. One seed would not do: seed 0 alone shows no difference at all. At this scale (answers of
 #    3-6 characters, 60 steps) the length bias is at most a trend; held-out accuracy barely
 #    moves in 60 steps on this task, and mostly falls, with either loss.

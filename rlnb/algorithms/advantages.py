@@ -12,7 +12,7 @@ Implementation choices:
    all-equal group without leave-one-out, ±(r1 - r2) for a loo group of 2).
 2) One number per sequence; the NeMo-RL-style class broadcasts it to ``[B, S]`` with ``expand``
    (non-zero at prompt and pad positions too: the loss masks).
-3) Call contract (``_Estimator``): every class takes exactly the keywords NeMo-RL's GRPO loop
+3) Call contract (``Estimator``): every class takes exactly the keywords NeMo-RL's GRPO loop
    passes (``repeated_batch``, ``logprobs_policy``, ``logprobs_reference``, ``teacher_logprobs``,
    ``prev_logprobs``, ``generation_logprobs``, ``sample_mask``) and uses the ones it needs; any
    other keyword is a ``TypeError`` (NeMo-RL swallows them in ``**kwargs``).
@@ -90,7 +90,7 @@ class AdvEstimatorConfig(Config):
     minus_baseline: bool = Field(True, description="Reinforce++: subtract the group mean.")
 
 
-class _KLRewardConfig(Config):
+class KLRewardConfig(Config):
     """The part of ``loss_fn`` the estimators read (KL in the reward)."""
 
     model_config = {**Config.model_config, "extra": "ignore"}
@@ -99,7 +99,7 @@ class _KLRewardConfig(Config):
     reference_policy_kl_type: str = "k3"
 
 
-def kl_reward_penalty(loss_config: _KLRewardConfig, logprobs, reference_logprobs,
+def kl_reward_penalty(loss_config: KLRewardConfig, logprobs, reference_logprobs,
                       names: tuple[str, str]) -> torch.Tensor | None:
     """``[B, S]`` β·KL(π_old ‖ π_ref) per token when ``loss_config`` puts the KL into the reward
     (``use_kl_in_reward`` and β > 0), else None. A missing log-prob tensor raises, naming it as
@@ -117,14 +117,17 @@ def kl_reward_penalty(loss_config: _KLRewardConfig, logprobs, reference_logprobs
 # ------------------------------------------------------------------------ NeMo-RL-style classes
 
 
-def _broadcast_rows(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def broadcast_rows(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``[B]`` -> ``[B, S]`` view (expand, no copy): clone before writing into it."""
     return advantages.unsqueeze(-1).expand(-1, mask.shape[-1])
 
 
-class _Estimator:
-    """The call contract shared by the GRPO-family estimators (module docstring, choice 5),
-    and their capabilities, which the registry (``estimators.py``) reads."""
+class Estimator:
+    """The base of the GRPO-family estimators: NeMo-RL's call contract (module docstring,
+    choice 3) and their capabilities, which the registry (``estimators.py``) reads. A new
+    estimator of GRPO's loop subclasses it (or ``GRPOAdvantageEstimator``), sets the
+    capabilities that differ and implements ``_advantages``, which ``compute_advantage`` calls
+    with the inputs checked."""
 
     loop = "grpo"  # the call contract: GRPO's loop (and async GRPO's)
     needs_groups = True  # the baseline comes from the other responses to the same prompt
@@ -140,7 +143,7 @@ class _Estimator:
 
     def __init__(self, estimator_config: Any = None, loss_config: Any = None):
         self.config = parse_config(AdvEstimatorConfig, estimator_config, "grpo.adv_estimator")
-        self.loss_config = parse_config(_KLRewardConfig, loss_config, "loss_fn")
+        self.loss_config = parse_config(KLRewardConfig, loss_config, "loss_fn")
         if self.loss_config.use_kl_in_reward and not self.kl_in_reward:
             raise ValueError(
                 f"loss_fn.use_kl_in_reward=True, but {type(self).__name__} has no KL-in-reward "
@@ -199,7 +202,7 @@ class _Estimator:
         raise NotImplementedError
 
 
-class GRPOAdvantageEstimator(_Estimator):
+class GRPOAdvantageEstimator(Estimator):
     """GRPO / RLOO / Dr. GRPO advantages (``grpo_advantages``) broadcast to ``[B, S]``."""
 
     def _advantages(self, prompt_ids, rewards, mask, **_unused) -> torch.Tensor:
@@ -209,6 +212,6 @@ class GRPOAdvantageEstimator(_Estimator):
             leave_one_out=self.config.use_leave_one_out_baseline,
             normalize_rewards=self.config.normalize_rewards,
         )
-        return _broadcast_rows(a, mask)
+        return broadcast_rows(a, mask)
 
 

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from rlnb.algorithms.advantages import _KLRewardConfig, kl_reward_penalty
+from rlnb.algorithms.advantages import KLRewardConfig, kl_reward_penalty
 from rlnb.algorithms.checks import (
     alias,
     check_finite,
@@ -220,7 +220,7 @@ class _PPOEstimator:
 
     def __init__(self, estimator_config: Any = None, loss_config: Any = None):
         self.config = parse_config(PPOAdvEstimatorConfig, estimator_config, "ppo.adv_estimator")
-        self.loss_config = parse_config(_KLRewardConfig, loss_config, "loss_fn")
+        self.loss_config = parse_config(KLRewardConfig, loss_config, "loss_fn")
 
     def compute_advantage(
         self,

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from rlnb.algorithms.advantages import _broadcast_rows, _Estimator, grpo_advantages
+from rlnb.algorithms.advantages import Estimator, broadcast_rows, grpo_advantages
 from rlnb.algorithms.checks import check_finite, check_tensor
 
 _NUMBERED = re.compile(r"reward(\d+)")
@@ -91,7 +91,7 @@ def gdpo_advantages(
     return centred / std if bool(std > 0) else centred
 
 
-class GDPOAdvantageEstimator(_Estimator):
+class GDPOAdvantageEstimator(Estimator):
     """GDPO over the reward components of ``repeated_batch``; ``rewards`` is unused."""
 
     def _advantages(self, prompt_ids, rewards, mask, *, repeated_batch, **_unused):
@@ -104,4 +104,4 @@ class GDPOAdvantageEstimator(_Estimator):
             leave_one_out=self.config.use_leave_one_out_baseline,
             normalize_rewards=self.config.normalize_rewards,
         )
-        return _broadcast_rows(a, mask)
+        return broadcast_rows(a, mask)

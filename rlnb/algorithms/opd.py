@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from rlnb.algorithms.advantages import _Estimator
+from rlnb.algorithms.advantages import Estimator
 from rlnb.algorithms.checks import check_mask, check_tensor
 from rlnb.algorithms.masked import masked_mean
 
@@ -39,7 +39,7 @@ def on_policy_distillation_advantages(
     return advantages, metrics
 
 
-class OnPolicyDistillationAdvantageEstimator(_Estimator):
+class OnPolicyDistillationAdvantageEstimator(Estimator):
     """OPD: needs ``teacher_logprobs`` and the student's ``prev_logprobs`` ``[B, S]``; sets
     ``last_metrics``."""
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from rlnb.algorithms.advantages import AdvEstimatorConfig, _Estimator, kl_reward_penalty
+from rlnb.algorithms.advantages import AdvEstimatorConfig, Estimator, kl_reward_penalty
 from rlnb.algorithms.baselines import calculate_baseline_and_std_per_prompt
 from rlnb.algorithms.checks import check_finite, check_mask, check_tensor
 
@@ -59,7 +59,7 @@ def reinforce_plus_plus_advantages(
     return (advantages - mean) * torch.rsqrt(var.clamp(min=1e-8))
 
 
-class ReinforcePlusPlusAdvantageEstimator(_Estimator):
+class ReinforcePlusPlusAdvantageEstimator(Estimator):
     """Reinforce++ with optional KL in the reward (from ``loss_fn.use_kl_in_reward``)."""
 
     kl_in_reward = True

@@ -9,5 +9,5 @@ rlnb's one implementation of each computation.
 Modules: ``advantage_estimator``, ``loss`` (and the older ``loss_functions``), ``grpo``, ``ppo``,
 ``utils``, ``reward_functions``, ``async_utils.replay_buffer``, ``batched_data_dict``.
 docs/nemo_rl_names.md lists every name, what runs it, and each deliberate difference. NeMo-RL's
-YAML configs load with ``rlnb.load_config`` (``rlnb.run.nemo_config``).
+YAML configs load with ``rlnb.load_config`` (``rlnb.run.config.nemo.translate``).
 """

@@ -6,7 +6,8 @@
 
 | NeMo-RL                          | here                                                       |
 |----------------------------------|------------------------------------------------------------|
-| ``MasterConfig``                 | ``rlnb.run.master_config.MasterConfig``, ``algorithm: dpo`` |
+| ``MasterConfig``                 | ``rlnb.run.config.master_config.MasterConfig``,            |
+|                                  | ``algorithm: dpo``                                         |
 | ``DPOConfig``                    | the ``dpo`` section (``engine/trainers/dpo_config.py``)     |
 | ``DPOSaveState``                 | the TypedDict ``DPOTrainer.state()`` returns               |
 | ``setup(master_config, ...)``    | a ``TrainingRun``: trainer, policy (with its reference),   |
@@ -29,7 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, TypedDict
 
 from rlnb.engine.trainers.dpo_config import DPOConfig
-from rlnb.run.master_config import MasterConfig, load_config
+from rlnb.run.config.master_config import MasterConfig, load_config
 
 __all__ = ["DPOConfig", "DPOSaveState", "DPOSetup", "MasterConfig", "add_ref_logprobs_to_data",
            "dpo_train", "setup", "validate"]
@@ -67,7 +68,7 @@ def setup(master_config: MasterConfig | dict | str | None = None, *, run_dir=Non
           resume: bool = False, accelerator=None) -> DPOSetup:
     """NeMo-RL's DPO ``setup``: build the parts the loop needs (warm start included: the
     reference is the warm-started policy) and return them."""
-    from rlnb.run.session import TrainingRun
+    from rlnb.run.training.session import TrainingRun
 
     if isinstance(master_config, Mapping) and "algorithm" not in master_config:
         master_config = {"algorithm": "dpo", **master_config}

@@ -6,9 +6,10 @@
 
 | NeMo-RL                      | here                                                           |
 |------------------------------|----------------------------------------------------------------|
-| ``MasterConfig``             | ``rlnb.run.master_config.MasterConfig`` (the run's config)      |
+| ``MasterConfig``             | ``rlnb.run.config.master_config.MasterConfig`` (the config)    |
 | ``GRPOSaveState``            | the TypedDict ``GRPOTrainer.state()`` returns                  |
-| ``GRPOLoggerConfig``         | the ``logger`` section (``rlnb.run.loggers.LoggerConfig``)     |
+| ``GRPOLoggerConfig``         | the ``logger`` section (``LoggerConfig``,                      |
+|                              | ``rlnb.run.store.loggers``)                                    |
 | ``setup(master_config)``     | a ``TrainingRun``: trainer, policy, generation, task, loss ... |
 | ``grpo_train(...)``          | ``TrainingRun.train``: ``trainer.step()`` = rollout ->         |
 |                              | compute_advantages -> update, validation, logging, checkpoints |
@@ -50,8 +51,8 @@ from rlnb.engine.trainers.grpo import GRPOConfig
 from rlnb.engine.trainers.loops import should_use_async_rollouts
 from rlnb.nemo import advantage_estimator, batch_stages
 from rlnb.nemo.reward_functions import config_value
-from rlnb.run.loggers import LoggerConfig as GRPOLoggerConfig
-from rlnb.run.master_config import MasterConfig, load_config
+from rlnb.run.config.master_config import MasterConfig, load_config
+from rlnb.run.store.loggers import LoggerConfig as GRPOLoggerConfig
 
 __all__ = ["AdvEstimatorConfig", "AsyncGRPOConfig", "GRPOConfig", "GRPOLoggerConfig",
            "GRPOSaveState", "GRPOSetup", "MasterConfig", "RewardScalingConfig",
@@ -111,7 +112,7 @@ def setup(master_config: MasterConfig | dict | None = None, *, run_dir=None,
           resume: bool = False, accelerator=None) -> GRPOSetup:
     """NeMo-RL's ``setup``: build the parts the GRPO loop needs (warm start included) and
     return them."""
-    from rlnb.run.session import TrainingRun
+    from rlnb.run.training.session import TrainingRun
 
     config = load_config(master_config)
     run = TrainingRun(config, run_dir=run_dir, resume=resume, accelerator=accelerator)

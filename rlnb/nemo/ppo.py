@@ -6,7 +6,8 @@
 
 | NeMo-RL                          | here                                                       |
 |----------------------------------|------------------------------------------------------------|
-| ``MasterConfig``                 | ``rlnb.run.master_config.MasterConfig``, ``algorithm: ppo`` |
+| ``MasterConfig``                 | ``rlnb.run.config.master_config.MasterConfig``,            |
+|                                  | ``algorithm: ppo``                                         |
 | ``PPOConfig``                    | the ``ppo`` section (``engine/trainers/ppo.py``)            |
 | ``AdvEstimatorConfig`` (GAE)     | ``ppo.adv_estimator``: ``gae`` or ``raw_reward``           |
 | ``PPOSaveState``                 | the TypedDict ``PPOTrainer.state()`` returns               |
@@ -40,8 +41,8 @@ from rlnb.engine.trainers.ppo import PPOEstimatorConfig as AdvEstimatorConfig
 from rlnb.nemo import advantage_estimator, batch_stages
 from rlnb.nemo.grpo import GRPOSaveState
 from rlnb.nemo.reward_functions import config_value
-from rlnb.run.loggers import LoggerConfig as PPOLoggerConfig
-from rlnb.run.master_config import MasterConfig, load_config
+from rlnb.run.config.master_config import MasterConfig, load_config
+from rlnb.run.store.loggers import LoggerConfig as PPOLoggerConfig
 
 __all__ = ["AdvEstimatorConfig", "MasterConfig", "PPOConfig", "PPOLoggerConfig", "PPOSaveState",
            "PPOSetup", "_apply_ppo_seq_logprob_error_masking", "_compute_critic_metrics",
@@ -82,7 +83,7 @@ def setup(master_config: MasterConfig | dict | str | None = None, *, run_dir=Non
           resume: bool = False, accelerator=None) -> PPOSetup:
     """NeMo-RL's PPO ``setup``: build the parts the loop needs (warm start included, then the
     value model from the warm-started policy) and return them."""
-    from rlnb.run.session import TrainingRun
+    from rlnb.run.training.session import TrainingRun
 
     if isinstance(master_config, Mapping) and "algorithm" not in master_config:
         master_config = {"algorithm": "ppo", **master_config}

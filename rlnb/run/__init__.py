@@ -1,29 +1,39 @@
-"""Run plumbing: configs, run directories, metric and rollout logs, checkpoints, notebooks.
+"""Run plumbing: everything between a trainer and the person running it, one job per folder.
 
-Modules: ``master_config`` (the whole run's config, ``load_config``), ``atomic`` (crash-safe
-writes), ``rundir`` (one folder per run), ``rollout_store`` (its rollouts, in chunks of steps),
-``checkpoint`` (save, prune, resume), ``loggers`` (TensorBoard, W&B, stdout next to
-``metrics.jsonl``), ``accelerator`` (``auto_accelerator``), ``warm_start_cache``, ``session``
-(``TrainingRun``), ``notebooks`` (``rlnb run``: one notebook through papermill, and the parameter
-parsing the next two share), ``sweep`` (``rlnb sweep``: a grid of runs, resumable), ``executors``
-(where a sweep's points run: local processes or Ray tasks), ``sweep_summary`` (a sweep's table,
-per-setting summary and report), ``stats`` (mean ± sd and intervals for differences over seeds,
-the power of a paired design), ``launch`` (``rlnb launch``: one notebook on N ranks, on one
-machine or several), ``ablation`` (``rlnb.ablate``: arms over paired seeds through the
-executors), ``effects`` (its table: reductions, paired intervals, detectable effects),
-``findings`` (published claims as ablations), ``mechanisms`` (what their knobs do to one
-frozen batch), ``timed`` (``train_for``: a wall-time budget, accuracy checkpoints off the clock).
+The folders, each importing only the ones before it (``tests/package/test_layers.py`` checks):
+
+- ``store/``: what a run leaves on disk: its run directory, rollouts, checkpoints, metric
+  loggers, crash-safe writes, the warm-start cache;
+- ``config/``: the whole run's config (``MasterConfig``, ``load_config``) and, in ``nemo/``,
+  NeMo-RL's YAML files read and translated;
+- ``training/``: a training run (``TrainingRun``), its processes (``auto_accelerator``),
+  ``rlnb verify``, a wall-time budget (``train_for``);
+- ``notebooks/``: one notebook run headless through papermill (``rlnb run``), its ``-p``
+  parameters, the HTML export's offline MathJax;
+- ``pools/``: where runs' processes run: a sweep's points in local processes or Ray tasks, each
+  with its share of the machine, and ``rlnb launch``'s ranks;
+- ``experiments/``: many runs compared: sweeps and their report, ablations over paired seeds,
+  their effects and statistics, published findings.
+
+Each folder's ``__init__.py`` lists its modules. What one frozen batch shows (published knobs'
+mechanisms, token statistics) is the engine's: ``rlnb.engine.inspection``.
 """
 
-_MODULES = ("ablation", "accelerator", "atomic", "checkpoint", "effects", "executors",
-            "findings", "launch", "loggers", "master_config", "mechanisms", "notebooks",
-            "rollout_store", "rundir", "session", "stats", "sweep", "sweep_summary", "timed",
-            "warm_start_cache")
+
+def lazy_modules(package: str):
+    """A module-level ``__getattr__`` (PEP 562) for ``package``: its modules and folders load on
+    first use, so ``rlnb.run.experiments.sweep.sweep(...)`` works after a bare ``import rlnb``
+    and ``import rlnb`` itself loads none of them."""
+
+    def __getattr__(name: str):
+        import importlib
+        import importlib.util
+
+        if not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}"):
+            return importlib.import_module(f"{package}.{name}")
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
 
 
-def __getattr__(name: str):
-    import importlib
-
-    if name in _MODULES:  # `rlnb.run.sweep.sweep(...)` after a bare `import rlnb`
-        return importlib.import_module(f"rlnb.run.{name}")
-    raise AttributeError(f"module 'rlnb.run' has no attribute {name!r}")
+__getattr__ = lazy_modules(__name__)

@@ -127,8 +127,8 @@ def run_experiment(experiment: str | Experiment, *, seed: int = 0, fast: bool = 
     """Train one short run per setting of ``experiment`` (a name in ``EXPERIMENTS`` or an
     ``Experiment``) and return their metrics; ``log`` gets one line per run. ``dpo_loss``
     replaces rlnb's DPO loss in the online-DPO settings (a student's own, exercise 6)."""
-    from rlnb.run.master_config import packaged_config
-    from rlnb.run.session import TrainingRun
+    from rlnb.run.config.master_config import packaged_config
+    from rlnb.run.training.session import TrainingRun
     from rlnb.teach.online_dpo import dpo_steps
 
     if isinstance(experiment, str) and experiment not in EXPERIMENTS:
@@ -166,8 +166,8 @@ def warm_trainer(*, seed: int = 0, fast: bool = False, overrides: Sequence[str] 
     """A warm-started trainer of the tiny model (the warm start cached on disk), writing
     nothing: for the exercises' cells that look at one real batch."""
     from rlnb.engine.trainers.loops import make_trainer
-    from rlnb.run.master_config import load_config, packaged_config
-    from rlnb.run.warm_start_cache import cached_warm_start
+    from rlnb.run.config.master_config import load_config, packaged_config
+    from rlnb.run.store.warm_start_cache import cached_warm_start
 
     loop = "ppo" if config == "ppo_tiny" else "grpo"
     cfg = load_config(packaged_config(config) if config else None,
@@ -226,8 +226,8 @@ _add(Experiment(
               "sequence-level": ["loss_fn.token_level_loss=false"]},
     # addition_think on sums up to 40 (its warm start stops at its accuracy gate instead of its
     # 4000-step cap), with room for every demonstration: the lab asks the question on a task
-    # where nothing pushes length either way; notebook 07's finding (rlnb.run.findings) uses
-    # cut-off demonstrations instead, to expose the effect
+    # where nothing pushes length either way; notebook 07's finding (rlnb.run.experiments.findings)
+    # uses cut-off demonstrations instead, to expose the effect
     steps=60, common=["data.name=addition_think", "data.max_filler=4", "data.max_operand=20",
                       "data.num_val=100", "grpo.max_val_samples=100",
                       "policy.generation.max_new_tokens=12",

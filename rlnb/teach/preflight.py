@@ -74,7 +74,7 @@ def check_kernel(say: Callable[[str], None]) -> list[str]:
     """Execute a one-cell notebook headless; the problems."""
     import json
 
-    from rlnb.run.notebooks import run_notebook
+    from rlnb.run.notebooks.execute import run_notebook
 
     with tempfile.TemporaryDirectory(prefix="rlnb-preflight-") as tmp:
         nb = Path(tmp) / "kernel_check.ipynb"
@@ -156,7 +156,7 @@ def _critic_warmup(exp) -> int:
     """Steps that train PPO's critic only (``ppo.policy_training_start_step``), else 0."""
     if exp.loop != "ppo":
         return 0
-    from rlnb.run.master_config import load_config, packaged_config
+    from rlnb.run.config.master_config import load_config, packaged_config
 
     config = load_config(packaged_config(exp.config), [*exp.common, *next(iter(
         exp.settings.values()))])

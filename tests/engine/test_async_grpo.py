@@ -19,8 +19,8 @@ from tiny_config import with_rewards
 from rlnb.engine.trainers.async_grpo import AsyncGRPOTrainer, merge_group_metrics
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.engine.trainers.loops import make_trainer
-from rlnb.run.master_config import load_config
-from rlnb.run.session import TrainingRun
+from rlnb.run.config.master_config import load_config
+from rlnb.run.training.session import TrainingRun
 
 ASYNC = str(ROOT / "configs" / "async_tiny.yaml")
 SMALL = ["grpo.val_period=0", "grpo.val_at_start=false", "grpo.val_at_end=false",
@@ -298,7 +298,7 @@ def test_ctrl_c_ends_both_sides_within_seconds(tmp_path):
         import sys, threading, time
         sys.path.insert(0, {str(ROOT)!r})
         from rlnb.engine.trainers.async_grpo import AsyncGRPOTrainer
-        from rlnb.run.master_config import load_config
+        from rlnb.run.config.master_config import load_config
         t = AsyncGRPOTrainer(load_config({ASYNC!r}, {SMALL!r}, preset="fast"))
         try:
             for m in t.train(100000):
@@ -397,7 +397,7 @@ def test_verify_replays_an_async_run_on_its_data_order(tmp_path, no_threads_left
     says what is not; a run whose logged prompts were changed differs."""
     import pandas as pd
 
-    from rlnb.run.verify import ASYNC_NOT_COMPARED, verify_run
+    from rlnb.run.training.verify import ASYNC_NOT_COMPARED, verify_run
 
     over = [*SMALL, "checkpointing.enabled=true", "checkpointing.save_period=2"]
     run = TrainingRun(load_config(ASYNC, over, preset="fast"), run_dir=tmp_path / "run")

@@ -13,13 +13,13 @@ from paths import ROOT
 from tiny_config import with_rewards
 
 from rlnb.algorithms import DPOLossFn, next_token_logprobs, preference_pairs
+from rlnb.engine.data.preference_batch import PreferenceBatch
+from rlnb.engine.data.preference_data import TokenPair, collate_pairs, tokenize_pairs
 from rlnb.engine.models.tiny import build_char_tokenizer
-from rlnb.engine.preference_batch import PreferenceBatch
-from rlnb.engine.preference_data import TokenPair, collate_pairs, tokenize_pairs
 from rlnb.engine.trainers.dpo import DPOTrainer
 from rlnb.engine.trainers.loops import make_trainer
-from rlnb.run.master_config import load_config
-from rlnb.run.session import TrainingRun
+from rlnb.run.config.master_config import load_config
+from rlnb.run.training.session import TrainingRun
 
 DPO = "configs/dpo_tiny.yaml"
 SMALL = ["sft.enabled=false", "dpo.val_period=0", "data.num_val=16"]  # with preset="fast"
@@ -338,7 +338,7 @@ def test_a_resumed_dpo_run_repeats_the_uninterrupted_run_exactly(tmp_path, sourc
     from rlnb.nemo.dpo import DPOSaveState
 
     assert set(state) == set(DPOSaveState.__annotations__)
-    from rlnb.run.verify import verify_run
+    from rlnb.run.training.verify import verify_run
 
     def scored(*a, **k):  # verify rebuilds the trainer: give it the same rewards
         return with_rewards(make_trainer(*a, **k))

@@ -6,10 +6,10 @@ import pytest
 import torch
 from tiny_config import TINY
 
-from rlnb.engine.batches import AdvantageBatch, RolloutBatch
+from rlnb.engine.data.batches import AdvantageBatch, RolloutBatch
 from rlnb.engine.models.policy import Policy, PolicyConfig
 from rlnb.engine.trainers.grpo import GRPOTrainer
-from rlnb.run.master_config import load_config
+from rlnb.run.config.master_config import load_config
 
 SMALL = [*TINY, "grpo.val_period=0", "sft.enabled=false"]
 

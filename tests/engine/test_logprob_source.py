@@ -7,7 +7,7 @@ import time
 import pytest
 
 import rlnb
-from rlnb.run.master_config import load_config
+from rlnb.run.config.master_config import load_config
 
 SMALL = ["policy.tiny.hidden_size=32", "policy.tiny.num_hidden_layers=1", "sft.enabled=false"]
 ASYNC = ["grpo.async_grpo.enabled=true", "loss_fn.use_importance_sampling_correction=true"]
@@ -24,7 +24,7 @@ ASYNC = ["grpo.async_grpo.enabled=true", "loss_fn.use_importance_sampling_correc
 ])
 def test_auto_resolves_when_the_config_loads_and_is_written_resolved(
         source, overrides, section, expected):
-    from rlnb.run.master_config import packaged_config
+    from rlnb.run.config.master_config import packaged_config
 
     config = load_config(packaged_config(source) if source else None, overrides)
     assert getattr(config, section).reuse_generation_logprobs is expected

@@ -21,8 +21,8 @@ from rlnb.engine.models.lora import (
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama, save_tiny
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.engine.trainers.warm_start import warm_start_key
-from rlnb.run.master_config import load_config
-from rlnb.run.session import TrainingRun
+from rlnb.run.config.master_config import load_config
+from rlnb.run.training.session import TrainingRun
 
 # the fast preset's model: 1 layer, hidden 32, MLP 64; every linear layer but the output one
 LORA = ["policy.lora.enabled=true", "policy.lora.dim=4", "policy.lora.alpha=16"]
@@ -186,7 +186,7 @@ def test_warm_start_trains_the_base_and_shares_the_plain_runs_cache_entry():
     assert warm_start_key(plain, plain.config.sft) == warm_start_key(lora, lora.config.sft)
     # the key of a run without adapters is the one it had before LoRA existed
     assert warm_start_key(plain, plain.config.sft) == "d3f64f5bc56facdc"  # (computed on main before the LoRA merge)
-    from rlnb.run.warm_start_cache import cached_warm_start
+    from rlnb.run.store.warm_start_cache import cached_warm_start
 
     for t in (plain, lora):
         cached_warm_start(t, t.config.sft, log=lambda *a: None)
@@ -206,7 +206,7 @@ def test_warm_start_trains_the_base_and_shares_the_plain_runs_cache_entry():
 
 
 def test_a_lora_run_loads_the_warm_start_a_plain_run_cached(tmp_path):
-    from rlnb.run.warm_start_cache import cached_warm_start
+    from rlnb.run.store.warm_start_cache import cached_warm_start
 
     sft = ["sft.enabled=true", "sft.max_steps=8", "sft.stop_at_accuracy=null"]
     plain = GRPOTrainer(load_config(None, sft, preset="fast"))
@@ -322,7 +322,7 @@ def test_adapters_trained_on_another_base_are_refused(lora_run, tmp_path, capsys
 # --------------------------------------------------------------------------- PPO and QLoRA
 def test_ppo_with_lora_gets_a_plain_critic_from_the_merged_policy():
     from rlnb.engine.trainers.ppo import PPOTrainer
-    from rlnb.run.master_config import packaged_config
+    from rlnb.run.config.master_config import packaged_config
 
     cfg = load_config(packaged_config("ppo_tiny"), [*LORA, "sft.enabled=false",
                                                     "ppo.policy_training_start_step=0"],

@@ -11,8 +11,8 @@ import rlnb
 from rlnb.algorithms.entropy_change import entropy_change_per_push
 from rlnb.algorithms.kl_exact import kl_estimator_moments
 from rlnb.algorithms.token_weights import policy_gradient_weights, reduction_coefficients
-from rlnb.engine.batches import AdvantageBatch, RolloutBatch
-from rlnb.run.mechanisms import (
+from rlnb.engine.data.batches import AdvantageBatch, RolloutBatch
+from rlnb.engine.inspection.mechanisms import (
     DAPO,
     DR_GRPO,
     GRPO,

@@ -6,7 +6,7 @@ from tiny_config import TINY
 from rlnb.engine.environments.base import Environment, Rewards, StepResult
 from rlnb.engine.environments.multiturn import RetryEnvironment
 from rlnb.engine.trainers.grpo import GRPOTrainer
-from rlnb.run.master_config import load_config
+from rlnb.run.config.master_config import load_config
 
 SMALL = [*TINY, "grpo.val_period=0", "sft.enabled=false", "policy.max_total_sequence_length=40"]
 

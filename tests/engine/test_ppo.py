@@ -11,13 +11,13 @@ from launching import launch
 from paths import ROOT
 from tiny_config import with_rewards
 
-from rlnb.engine.batches import RolloutBatch
+from rlnb.engine.data.batches import RolloutBatch
 from rlnb.engine.models.policy import Policy, PolicyConfig
 from rlnb.engine.models.value import ValueConfig, ValueModel, value_body
 from rlnb.engine.trainers.loops import make_trainer
 from rlnb.engine.trainers.ppo import PPOAdvantageBatch, PPOTrainer
-from rlnb.run.master_config import load_config
-from rlnb.run.session import TrainingRun
+from rlnb.run.config.master_config import load_config
+from rlnb.run.training.session import TrainingRun
 
 PPO = "configs/ppo_tiny.yaml"
 # with preset="fast"; no critic warm-up unless a test asks for one
@@ -352,7 +352,7 @@ def test_a_resumed_ppo_run_repeats_the_uninterrupted_run_exactly(tmp_path):
     state = json.loads((tmp_path / "cut" / "checkpoints" / "step_000004" / "trainer_state.json").read_text())
     assert set(state) >= {"consumed_samples", "current_step", "current_epoch", "total_steps",
                           "total_valid_tokens", "val_reward"}
-    from rlnb.run.verify import verify_run  # `rlnb verify` replays a PPO run too
+    from rlnb.run.training.verify import verify_run  # `rlnb verify` replays a PPO run too
 
     report = verify_run(tmp_path / "full", 2, log=lambda *a: None)
     assert report.exact and report.weights_checked

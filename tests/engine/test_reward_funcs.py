@@ -213,7 +213,7 @@ def exact_reward(completions, solution, trainer_state, **kwargs):
 def config(*extra, algorithm="grpo"):
     overrides = [*TINY, "data.name=dataset", "data.correct_reward=exact_reward", *extra]
     if algorithm == "ppo":
-        return rlnb.load_config(rlnb.run.master_config.packaged_config("ppo_tiny"),
+        return rlnb.load_config(rlnb.run.config.master_config.packaged_config("ppo_tiny"),
                                 [o.replace("grpo.", "ppo.") for o in overrides], preset="fast")
     return rlnb.load_config(None, overrides, preset="fast")
 

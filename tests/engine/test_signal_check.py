@@ -8,7 +8,7 @@ import pytest
 from tiny_config import TINY
 
 import rlnb
-from rlnb.engine.signal_check import (
+from rlnb.engine.inspection.signal_check import (
     no_signal_estimate,
     no_signal_probability,
     signal_check,

@@ -18,8 +18,8 @@ from tiny_config import TINY
 import rlnb
 from rlnb.engine.environments.tasks import build_task, format_prompt
 from rlnb.engine.environments.user_data import DatasetTask, as_rows
-from rlnb.run.session import TrainingRun
-from rlnb.run.verify import verify_run
+from rlnb.run.training.session import TrainingRun
+from rlnb.run.training.verify import verify_run
 
 ROWS = [{"question": f"{a}+{b}=", "solution": str(a + b), "level": a % 3}
         for a in range(5) for b in range(4)]  # 20 rows

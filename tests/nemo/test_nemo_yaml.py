@@ -13,9 +13,9 @@ from nemo_shaped_configs import grpo_shaped, math_jsonl, ppo_shaped, tiny_model,
 import rlnb
 from rlnb.cli import main
 from rlnb.engine.models.policy import OptimizerConfig
-from rlnb.run.master_config import default_config_path, packaged_config, read_yaml
-from rlnb.run.nemo_config import is_nemo_config, translate
-from rlnb.run.nemo_yaml import read_nemo_yaml, resolve_interpolations
+from rlnb.run.config.master_config import default_config_path, packaged_config, read_yaml
+from rlnb.run.config.nemo.reader import read_nemo_yaml, resolve_interpolations
+from rlnb.run.config.nemo.translate import is_nemo_config, translate
 
 
 @pytest.fixture(autouse=True)

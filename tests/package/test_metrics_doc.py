@@ -211,7 +211,7 @@ def test_every_trainer_metric_has_a_row():
     from tiny_config import TINY
 
     from rlnb.engine.trainers.grpo import GRPOTrainer
-    from rlnb.run.master_config import load_config
+    from rlnb.run.config.master_config import load_config
 
     small = [*TINY, "grpo.val_period=1", "grpo.val_num_generations_per_prompt=2",
              "sft.enabled=false", "loss_fn.reference_policy_kl_penalty=0.01"]

@@ -49,8 +49,8 @@ def test_import_rlnb_and_the_notebook_commands_load_no_torch():
     `launch` (and a sweep point's process) load before a kernel starts never imports torch or
     transformers: 2-3 s of start-up for every such process. A name still loads what it needs."""
     code = (
-        "import sys, rlnb, rlnb.cli, rlnb.run.notebooks, rlnb.run.sweep, rlnb.run.executors, "
-        "rlnb.run.launch, rlnb.run.rundir, rlnb.run.sweep_summary\n"
+        "import sys, rlnb, rlnb.cli, rlnb.run.notebooks.execute, rlnb.run.experiments.sweep, rlnb.run.pools.executors, "
+        "rlnb.run.pools.launch, rlnb.run.store.rundir, rlnb.run.experiments.sweep_summary\n"
         "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
         "rlnb.grpo_advantages\n"
@@ -104,6 +104,15 @@ def test_widgets_folder_installs_as_rlnb_widgets_without_a_top_level_name(tmp_pa
         assert Path(widgets_file).parent.parent.name == "rlnb" and str(tmp_path) in widgets_file
         assert str(tmp_path) in rlnb_file
     assert no_top_level == "True", "a top-level 'widgets' module is importable: name collision"
+
+
+def test_pyproject_lists_every_package_folder():
+    """setuptools installs only the packages pyproject.toml lists: a folder left out would be
+    missing from a wheel (an editable install still finds it, so nothing else would notice)."""
+    folders = {".".join(("rlnb", *p.parent.relative_to(ROOT / "rlnb").parts))
+               for p in (ROOT / "rlnb").rglob("__init__.py")}
+    listed = PYPROJECT["tool"]["setuptools"]["packages"]
+    assert sorted(listed) == sorted(folders | {"rlnb.widgets", "rlnb.configs"})
 
 
 def _pins(path: Path) -> dict[str, str]:

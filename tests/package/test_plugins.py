@@ -13,8 +13,8 @@ from tiny_config import TINY
 
 import rlnb
 from rlnb.algorithms.estimators import ADVANTAGE_ESTIMATORS
-from rlnb.engine.counterfactual import compare_estimators
 from rlnb.engine.environments.tasks import TASKS
+from rlnb.engine.inspection.counterfactual import compare_estimators
 from rlnb.engine.models.generation import GENERATION_BACKENDS
 
 PLUGIN = textwrap.dedent('''
@@ -124,7 +124,7 @@ def test_each_plugin_trains_a_step_through_load_config(plugin):
 
 
 def test_the_panel_and_the_comparison_list_the_new_estimator(plugin):
-    from rlnb.engine.counterfactual import trainable_estimators
+    from rlnb.engine.inspection.counterfactual import trainable_estimators
 
     config = rlnb.load_config(None, ["imports=[my_plugins]", *TINY], preset="fast")
     assert "sign" in trainable_estimators()

@@ -8,8 +8,8 @@ import statistics
 import pytest
 
 import rlnb
-from rlnb.run.ablation import Ablation
-from rlnb.run.findings import FAST
+from rlnb.run.experiments.ablation import Ablation
+from rlnb.run.experiments.findings import FAST
 
 # the fast preset's small model, no warm start (an untrained model: reward 0, no update moves
 # it), no validation: a run of 2 steps takes about a second
@@ -95,7 +95,7 @@ def test_arms_of_a_seed_share_the_warm_start_built_by_the_first(tmp_path, monkey
 def test_power_lines_command_and_record(result):
     row = result.rows[0]
     lines = result.power_lines(planned=8)
-    mde8 = rlnb.run.stats.minimal_detectable_effect(row["sd_diff"], 8)
+    mde8 = rlnb.run.experiments.stats.minimal_detectable_effect(row["sd_diff"], 8)
     assert f"with 8 seeds the smallest effect detected with 80 % power at α = 0.05 is " \
            f"{mde8:.4g}" in lines[0]
     assert result.command.startswith("rlnb.ablate({'5 tokens': [], '2 tokens': "

@@ -14,7 +14,7 @@ from tiny_config import TINY
 
 import rlnb
 from rlnb.cli import main
-from rlnb.run.session import TrainingRun
+from rlnb.run.training.session import TrainingRun
 
 SMALL = [*TINY, "grpo.val_period=2", "grpo.max_val_samples=16", "grpo.max_num_steps=4",
          "sft.max_steps=10", "sft.stop_at_accuracy=null", "checkpointing.save_period=2"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
-from rlnb.run.checkpoint import (
+from rlnb.run.store.checkpoint import (
     CheckpointingConfig,
     capture_rng_state,
     checkpoint_problem,

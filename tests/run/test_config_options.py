@@ -24,7 +24,7 @@ from rlnb.algorithms.importance_sampling import TRUNCATED_IS_TYPES
 from rlnb.algorithms.kl import KL_ESTIMATORS
 from rlnb.engine.environments.tasks import TASKS
 from rlnb.engine.models.generation import GENERATION_BACKENDS
-from rlnb.run.master_config import MasterConfig, packaged_config
+from rlnb.run.config.master_config import MasterConfig, packaged_config
 
 # two optimizer steps per rollout (the ratio leaves 1 on the second), a KL penalty, validation
 BASE = ["policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",

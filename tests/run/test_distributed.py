@@ -10,7 +10,7 @@ from paths import ROOT, SUPPORT
 from tiny_config import TINY
 
 from rlnb.engine.environments.tasks import build_task
-from rlnb.run.master_config import load_config
+from rlnb.run.config.master_config import load_config
 
 pytestmark = pytest.mark.distributed
 

@@ -17,7 +17,7 @@ from paths import ROOT, TRAIN_NB
 from safetensors.torch import load_file
 from tiny_config import TINY
 
-from rlnb.run.launch import launch_command
+from rlnb.run.pools.launch import launch_command
 
 pytestmark = pytest.mark.distributed
 
@@ -171,7 +171,7 @@ def test_a_killed_rank_ends_the_other_and_rlnb_train_names_it(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize(("victim", "why"), [
     ("ipykernel", "DeadKernelError: Kernel died (killed by SIGKILL)"),  # rank 1's kernel
-    ("rlnb.run.launch", "its process was killed by SIGKILL"),  # rank 1's papermill process
+    ("rlnb.run.pools.launch", "its process was killed by SIGKILL"),  # rank 1's papermill process
 ])
 def test_a_killed_rank_ends_the_other_and_rlnb_launch_names_it(victim, why, tmp_path):
     run = tmp_path / "out"

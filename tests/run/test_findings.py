@@ -12,9 +12,9 @@ from rlnb.engine.environments.tasks import AdditionThinkTask, TaskConfig, build_
 from rlnb.engine.trainers.grpo import GRPOTrainer, advantage_metrics
 from rlnb.engine.trainers.rollout import groups_with_signal, length_by_outcome
 from rlnb.engine.trainers.warm_start import supervised_batch
-from rlnb.run.effects import Metric, per_seed, reduce_run, verdict, with_wall_time
-from rlnb.run.findings import FINDINGS, effect_rows
-from rlnb.run.stats import Interval
+from rlnb.run.experiments.effects import Metric, per_seed, reduce_run, verdict, with_wall_time
+from rlnb.run.experiments.findings import FINDINGS, effect_rows
+from rlnb.run.experiments.stats import Interval
 
 # ---------------------------------------------------------------------------------- metrics
 

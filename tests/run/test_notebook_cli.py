@@ -13,7 +13,8 @@ import pytest
 import yaml
 from paths import FAKE_NB, ROOT, TRAIN_NB
 
-from rlnb.run.parameters import (
+from rlnb.run.experiments.sweep import grid_points, parse_grid, run_name, sweep_table
+from rlnb.run.notebooks.parameters import (
     check_parameters,
     config_override_problem,
     format_value,
@@ -21,8 +22,7 @@ from rlnb.run.parameters import (
     parse_value,
     split_parameters,
 )
-from rlnb.run.rundir import RunDir
-from rlnb.run.sweep import grid_points, parse_grid, run_name, sweep_table
+from rlnb.run.store.rundir import RunDir
 
 pytest.importorskip("papermill")
 pytest.importorskip("nbconvert")
@@ -370,7 +370,7 @@ def swept(tmp_path_factory, env):
 def test_sweep_runs_every_point_and_reports_the_failure(swept):
     root, proc = swept
     assert proc.returncode == 1, proc.stderr[-3000:]
-    # mathjax/: the report.html's local MathJax (rlnb.run.mathjax)
+    # mathjax/: the report.html's local MathJax (rlnb.run.notebooks.mathjax)
     assert sorted(p.name for p in root.iterdir() if p.is_dir()) == sorted(
         [*NAMES, "logs", "mathjax"])
     assert sorted(p.name for p in (root / "logs").iterdir()) == sorted(f"{n}.log" for n in NAMES)
@@ -501,4 +501,4 @@ def test_auto_accelerator_is_none_in_one_process(monkeypatch):
     assert rlnb.auto_accelerator() is None
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert rlnb.auto_accelerator() is None
-    assert rlnb.run.sweep.sweep_table is sweep_table  # reachable after a bare `import rlnb`
+    assert rlnb.run.experiments.sweep.sweep_table is sweep_table  # reachable after a bare `import rlnb`

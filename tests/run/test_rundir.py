@@ -9,9 +9,9 @@ import pytest
 import torch
 import yaml
 
-from rlnb.run.atomic import atomic_dir, atomic_write_text
-from rlnb.run.loggers import LoggerConfig, TensorBoardLogger, make_loggers, scalar_metrics
-from rlnb.run.rundir import RunDir, read_run_rollouts
+from rlnb.run.store.atomic import atomic_dir, atomic_write_text
+from rlnb.run.store.loggers import LoggerConfig, TensorBoardLogger, make_loggers, scalar_metrics
+from rlnb.run.store.rundir import RunDir, read_run_rollouts
 
 CFG = {
     "seed": 1,
@@ -356,7 +356,7 @@ def killed_table(step: int) -> dict:
 
 WRITER = """
 import sys
-from rlnb.run.rundir import RunDir, read_run_rollouts
+from rlnb.run.store.rundir import RunDir, read_run_rollouts
 
 run = RunDir(sys.argv[1], config={"seed": 1}, rollout_chunk_steps=4)
 start = max(run.rollout_steps(), default=0) + 1
@@ -379,7 +379,7 @@ def test_a_killed_writer_loses_at_most_the_step_in_progress(tmp_path):
 
     import pyarrow.parquet as pq
 
-    from rlnb.run.rollout_store import RolloutStore
+    from rlnb.run.store.rollout_store import RolloutStore
 
     code = inspect.getsource(killed_table) + WRITER
     folder = tmp_path / "run"

@@ -1,4 +1,4 @@
-"""rlnb.run.stats: t quantiles against printed tables, Welch/paired/bootstrap intervals and the
+"""rlnb.run.experiments.stats: t quantiles against printed tables, Welch/paired/bootstrap intervals and the
 power of a paired design (detectable effect, seeds needed) by hand."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from rlnb.run.stats import (
+from rlnb.run.experiments.stats import (
     difference_ci,
     mean_sd,
     minimal_detectable_effect,

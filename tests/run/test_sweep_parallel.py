@@ -16,7 +16,8 @@ import pytest
 from paths import FAKE_NB, TRAIN_NB
 
 from rlnb.cli import main
-from rlnb.run.executors import LocalPool, cpu_cores, gpu_slots
+from rlnb.run.pools.executors import LocalPool
+from rlnb.run.pools.machine import cpu_cores, gpu_slots
 
 pytest.importorskip("papermill")
 psutil = pytest.importorskip("psutil")
@@ -287,8 +288,8 @@ def test_scale_out_flags_bad_input_exit_2_and_write_nothing(args, fragment, tmp_
 
 
 def test_setting_summary_and_differences_by_hand(tmp_path):
-    from rlnb.run.stats import t_quantile
-    from rlnb.run.sweep import setting_differences, setting_summary
+    from rlnb.run.experiments.stats import t_quantile
+    from rlnb.run.experiments.sweep import setting_differences, setting_summary
 
     finals = {0.2: [0.50, 0.56, 0.53], 0.28: [0.60, 0.70, 0.62]}  # final accuracy per seed
     runs = []

@@ -137,7 +137,7 @@ def test_ray_sweep_report_lists_the_failure_and_each_setting(ray_sweep):
     assert "boom" in html and "Per setting" in html
     assert "0.605 ± 0.007071 (n=2)" in html  # clip 0.2: final rewards 0.60 and 0.61
     assert "0.84 ± n/a (n=1)" in html  # clip 0.28: its seed 1 failed
-    from rlnb.run.sweep import setting_differences, setting_summary
+    from rlnb.run.experiments.sweep import setting_differences, setting_summary
 
     summary = setting_summary(root, wide=True)
     assert list(summary["failed runs"]) == [0, 1]

@@ -8,9 +8,9 @@ import pytest
 from tiny_config import TINY, with_rewards
 
 from rlnb.engine.trainers.grpo import GRPOTrainer
-from rlnb.run.master_config import load_config
-from rlnb.run.session import TrainingRun
-from rlnb.run.timed import train_for
+from rlnb.run.config.master_config import load_config
+from rlnb.run.training.session import TrainingRun
+from rlnb.run.training.timed import train_for
 
 SMALL = [*TINY, "grpo.val_period=0", "sft.enabled=false"]
 

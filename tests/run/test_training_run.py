@@ -9,7 +9,7 @@ import pytest
 import torch
 from tiny_config import TINY
 
-from rlnb.run.session import TrainingRun
+from rlnb.run.training.session import TrainingRun
 
 SMALL = [
     *TINY, "grpo.val_period=2", "grpo.max_num_steps=4",
@@ -177,7 +177,7 @@ def test_verify_reports_bit_exact_then_the_first_difference(tmp_path, capsys):
     import pandas as pd
 
     from rlnb.cli import main
-    from rlnb.run.verify import verify_run
+    from rlnb.run.training.verify import verify_run
 
     quiet = {"progress": False, "log": lambda *a: None}
     TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "run", **quiet).train()

@@ -14,7 +14,7 @@ from tiny_config import TINY
 import rlnb
 from rlnb.engine.trainers import warm_start as ws
 from rlnb.engine.trainers.loops import make_trainer
-from rlnb.run.warm_start_cache import cached_warm_start, stale_reason
+from rlnb.run.store.warm_start_cache import cached_warm_start, stale_reason
 
 SHORT = [*TINY, "sft.max_steps=12", "sft.stop_at_accuracy=null"]
 
@@ -162,7 +162,7 @@ EXEMPT = {
     "rlnb.config": "config validation",
     "rlnb.engine.models.compile_config": "config validation (policy.compile's own rules)",
     "rlnb.algorithms.checks": "argument checks and name look-ups",
-    "rlnb.engine.distributed": "rank and device plumbing (the device type is in the key)",
+    "rlnb.engine.runtime.distributed": "rank and device plumbing (the device type is in the key)",
     "rlnb.engine.trainers.loops": "picks the trainer class",
     "rlnb.algorithms.policy_loss": "the RL loss the trainer builds; the warm start never calls it",
 }

@@ -19,7 +19,7 @@ from accelerate import Accelerator
 from dist_common import write_rank_and_leave
 
 from rlnb.engine.trainers.dpo import DPOTrainer
-from rlnb.run.master_config import load_config
+from rlnb.run.config.master_config import load_config
 
 OVERRIDES = ["dpo.val_period=0", "sft.enabled=false", "policy.train_global_batch_size=16",
              "policy.train_micro_batch_size=4"]

@@ -19,7 +19,7 @@ from accelerate import Accelerator
 from dist_common import write_rank_and_leave
 
 from rlnb.engine.trainers.ppo import PPOTrainer
-from rlnb.run.master_config import load_config
+from rlnb.run.config.master_config import load_config
 
 OVERRIDES = [
     "ppo.val_period=0", "ppo.ppo_epochs=2", "sft.enabled=false", "ppo.policy_training_start_step=0",

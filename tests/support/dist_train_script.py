@@ -23,11 +23,11 @@ import torch.distributed as torch_dist
 from accelerate import Accelerator
 from tiny_config import TINY
 
-from rlnb.engine.distributed import Distributed
 from rlnb.engine.models.policy import Policy
+from rlnb.engine.runtime.distributed import Distributed
 from rlnb.engine.trainers.grpo import GRPOTrainer
-from rlnb.run.master_config import load_config
-from rlnb.run.warm_start_cache import cached_warm_start
+from rlnb.run.config.master_config import load_config
+from rlnb.run.store.warm_start_cache import cached_warm_start
 
 SMALL = [
     *TINY, "grpo.val_period=0", "data.max_operand=9",

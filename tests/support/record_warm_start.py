@@ -80,7 +80,7 @@ def measure(cache_dir: Path) -> dict:
     accuracy as the run's first validation measures it."""
     import rlnb
     from rlnb.engine.trainers.loops import make_trainer
-    from rlnb.run.warm_start_cache import cached_warm_start
+    from rlnb.run.store.warm_start_cache import cached_warm_start
 
     before = os.environ.get("RLNB_CACHE_DIR"), torch.get_num_threads()
     os.environ["RLNB_CACHE_DIR"] = str(cache_dir)

@@ -13,7 +13,7 @@ from tiny_config import TINY, with_rewards
 import rlnb
 from rlnb.algorithms import explained_variance
 from rlnb.algorithms.value_loss import returns_vary
-from rlnb.engine.distributed import Distributed
+from rlnb.engine.runtime.distributed import Distributed
 from rlnb.engine.trainers.rollout import reward_metrics
 
 pytest.importorskip("ipywidgets")

@@ -12,8 +12,8 @@ pytest.importorskip("jupyter_server_mathjax", reason="pip install -e '.[notebook
 
 from paths import ROOT
 
-from rlnb.run.mathjax import local_mathjax  # noqa: E402
-from rlnb.run.notebooks import export_html  # noqa: E402
+from rlnb.run.notebooks.execute import export_html  # noqa: E402
+from rlnb.run.notebooks.mathjax import local_mathjax  # noqa: E402
 
 TUTORIAL = ROOT / "notebooks" / "03_policy_loss_and_kl.ipynb"  # the most formulas
 # MathJax 2's HTML-CSS output: one .MathJax span per formula, in a .MathJax_Display for $$..$$
@@ -49,7 +49,7 @@ def test_export_points_at_a_local_mathjax_not_a_cdn(tmp_path):
 
 
 def test_without_the_package_the_export_keeps_nbconvert_default(tmp_path, monkeypatch):
-    import rlnb.run.mathjax as mathjax
+    import rlnb.run.notebooks.mathjax as mathjax
 
     monkeypatch.setattr(mathjax, "mathjax_source", lambda: None)
     html = export_html(markdown_notebook(tmp_path / "m.ipynb", "$x$"), tmp_path / "m.html")
@@ -127,7 +127,7 @@ def test_an_exported_tutorial_typesets_every_formula_offline(offline_browser, tm
 def test_a_folder_holding_only_an_export_still_counts_as_empty(tmp_path):
     """`rlnb run` exports into the run dir; the MathJax beside the export is one of the notebook
     files (RunDir.NOTEBOOK_FILES), so a run can still start there."""
-    from rlnb.run.rundir import RunDir
+    from rlnb.run.store.rundir import RunDir
 
     nb = markdown_notebook(tmp_path / "notebook.ipynb", "$x$")
     export_html(nb, tmp_path / "notebook.html")

@@ -291,7 +291,7 @@ def _ablation_sweep(nb):
     assert "2 runs, 0 failed" in stdout(nb)
     tables = [h for h in mime_outputs(nb, "text/html") if "<table" in h]
     assert any("ratio_clip_max" in t and "ok" in t for t in tables), "no sweep table"
-    # the per-setting summary: both seeds of the one fast setting, as mean ± sd (rlnb.run.stats)
+    # the per-setting summary: both seeds of the one fast setting, as mean ± sd (rlnb.run.experiments.stats)
     assert any("± " in t and "(n=2)" in t for t in tables), "no per-setting summary"
 
 

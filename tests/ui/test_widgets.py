@@ -11,7 +11,7 @@ import torch
 from tiny_config import TINY
 
 import rlnb
-from rlnb.engine.token_stats import token_stats
+from rlnb.engine.inspection.token_stats import token_stats
 from rlnb.widgets import (
     DEFAULT_PANELS,
     ConfigPanel,

@@ -182,7 +182,8 @@ def row_demonstration(row: dict) -> str:
     return str(row["sft_target"] if "sft_target" in row else row["answer"])
 
 
-def _check_batch(name: str, prompts: list[str], responses: list[str], rows: list[dict]):
+def check_batch(name: str, prompts: list[str], responses: list[str], rows: list[dict]):
+    """One prompt, one response and one row per response, else a ValueError naming the task."""
     if not len(prompts) == len(responses) == len(rows):
         raise ValueError(
             f"task {name!r}: {len(prompts)} prompts, {len(responses)} responses and "
@@ -190,7 +191,9 @@ def _check_batch(name: str, prompts: list[str], responses: list[str], rows: list
         )
 
 
-def _take(rows: list[dict], n: int | None, what: str) -> list[dict]:
+def take_rows(rows: list[dict], n: int | None, what: str) -> list[dict]:
+    """Copies of the first ``n`` validation ``rows`` (all of them for None); asking for more
+    than there are is a ValueError naming ``what`` holds them (``"task 'math'"``)."""
     if n is None:
         n = len(rows)
     if not 0 <= n <= len(rows):

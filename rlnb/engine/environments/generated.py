@@ -26,7 +26,7 @@ from abc import abstractmethod
 
 import torch
 
-from rlnb.engine.environments.base import Rewards, Task, _check_batch, _take
+from rlnb.engine.environments.base import Rewards, Task, check_batch, take_rows
 
 
 class GeneratedTask(Task):
@@ -74,11 +74,11 @@ class GeneratedTask(Task):
         return rows
 
     def val_rows(self, n: int | None = None) -> list[dict]:
-        return _take(self._val, n, f"task {self.name!r}")
+        return take_rows(self._val, n, f"task {self.name!r}")
 
     def score(self, prompts: list[str], responses: list[str], rows: list[dict]) -> Rewards:
         """Exact match after stripping trailing whitespace; ``[B]`` rewards."""
-        _check_batch(self.name, prompts, responses, rows)
+        check_batch(self.name, prompts, responses, rows)
         texts = [r.rstrip() for r in responses]
         correct = torch.tensor([t == str(row["answer"]) for t, row in zip(texts, rows)])
         fmt = torch.tensor([self.answer_pattern.fullmatch(t) is not None for t in texts])

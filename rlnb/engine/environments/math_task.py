@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from rlnb.engine.environments.base import Rewards, Task, _check_batch, _take
+from rlnb.engine.environments.base import Rewards, Task, check_batch, take_rows
 
 LOCAL_SUFFIXES = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
@@ -181,12 +181,12 @@ class MathTask(Task):
         return out
 
     def val_rows(self, n: int | None = None) -> list[dict]:
-        return _take(self._val, n, "task 'math'")
+        return take_rows(self._val, n, "task 'math'")
 
     def score(self, prompts: list[str], responses: list[str], rows: list[dict]) -> Rewards:
         """``math_verify`` equivalence of each response with its row's answer; ``[B]`` rewards.
         ``format`` is 1 when an answer could be extracted from the response at all."""
-        _check_batch(self.name, prompts, responses, rows)
+        check_batch(self.name, prompts, responses, rows)
         mv = _math_verify()
         # SIGALRM timeouts only work on the main thread; elsewhere math_verify would raise.
         timeout = 5 if threading.current_thread() is threading.main_thread() else None

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlnb.engine.environments.base import Rewards, Task, _take
+from rlnb.engine.environments.base import Rewards, Task, take_rows
 from rlnb.engine.environments.prompts import is_messages
 
 SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
@@ -267,7 +267,7 @@ class DatasetTask(Task):
         return out
 
     def val_rows(self, n: int | None = None) -> list[dict]:
-        return [_copy(r) for r in _take(self._val, n, f"data set {self.source!r}")]
+        return [_copy(r) for r in take_rows(self._val, n, f"data set {self.source!r}")]
 
     def demonstration(self, row: dict) -> str:
         """The warm start's target for ``row``: its ``answer_key`` column."""

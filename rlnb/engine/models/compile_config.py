@@ -49,5 +49,5 @@ def check_compile_applies(compile_cfg: CompileConfig, backend: str, sampler: str
 
 def compile_cache_dir() -> Path:
     """``$RLNB_CACHE_DIR/compile`` (default ``~/.cache/rlnb/compile``), beside the warm-start
-    cache of ``rlnb.run.warm_start_cache``."""
+    cache of ``rlnb.run.store.warm_start_cache``."""
     return Path(os.environ.get("RLNB_CACHE_DIR", Path.home() / ".cache" / "rlnb")) / "compile"

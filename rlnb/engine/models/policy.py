@@ -41,11 +41,11 @@ from pydantic import Field, model_validator
 from rlnb.algorithms.logprobs import token_logprobs
 from rlnb.algorithms.reduction import combine_metrics, global_valid_counts, sum_partial_metrics
 from rlnb.config import Config
-from rlnb.engine.distributed import Distributed
 from rlnb.engine.models.compile_config import CompileConfig, check_compile_applies
 from rlnb.engine.models.generation import GenerationConfig
 from rlnb.engine.models.lora import LoraConfig, adapters_disabled, add_adapters, has_adapters
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
+from rlnb.engine.runtime.distributed import Distributed
 
 
 class TinyModelConfig(Config):

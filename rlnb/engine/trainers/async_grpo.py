@@ -29,10 +29,10 @@ from typing import Any
 import torch
 
 from rlnb.algorithms.replay_buffer import AsyncGRPOConfig  # noqa: F401 - NeMo-RL's name, here too
-from rlnb.engine.batch_join import concat_rollouts, rollout_from_dict
-from rlnb.engine.batches import RolloutBatch, StepMetrics
+from rlnb.engine.data.batch_join import concat_rollouts, rollout_from_dict
+from rlnb.engine.data.batches import RolloutBatch, StepMetrics
 from rlnb.engine.models.copy_backend import HFCopyGenerationBackend
-from rlnb.engine.timing import timer
+from rlnb.engine.runtime.timing import timer
 from rlnb.engine.trainers.collector import TrajectoryCollector, new_buffer
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.engine.trainers.rollout import add_logprobs, outcome_metrics

@@ -10,7 +10,8 @@ them, so a loop's own module reads as its algorithm.
 Implementation choices:
 1) The trainer knows nothing of run directories, loggers or widgets (they live in higher
    layers): ``train`` yields ``StepMetrics`` (the metrics, and the step's stage results) and the
-   consumer (``rlnb.run.session.TrainingRun``, the dashboard) logs, checkpoints and plots them.
+   consumer (``rlnb.run.training.session.TrainingRun``, the dashboard) logs, checkpoints and
+   plots them.
 2) The loop's section of the config (``grpo`` or ``ppo``) is ``loop_config``, a ``LoopConfig``
    (``loop_config.py``): every loop reads the same keys from it. The rules between sections are
    the config layer's (``check_loop_rules``), run again here on the config given; the trainer
@@ -32,13 +33,13 @@ from typing import Any
 import torch
 
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
-from rlnb.engine.batches import RolloutBatch, StepMetrics
-from rlnb.engine.distributed import Distributed
+from rlnb.engine.data.batches import RolloutBatch, StepMetrics
 from rlnb.engine.environments.prompts import format_prompt
 from rlnb.engine.environments.run_task import build_run_task, with_user_data
 from rlnb.engine.models.generation import make_generation_backend
 from rlnb.engine.models.policy import Policy
-from rlnb.engine.timing import timer
+from rlnb.engine.runtime.distributed import Distributed
+from rlnb.engine.runtime.timing import timer
 from rlnb.engine.trainers.dynamic_sampling import dynamic_sampling_rollout
 from rlnb.engine.trainers.hyperparameters import reconfigure
 from rlnb.engine.trainers.loop_config import check_loop_rules, needs_reference
@@ -256,7 +257,7 @@ class Trainer:
             raise ValueError(f"num_steps must be >= 0, got {num_steps}")
         bar = None
         if progress and self.dist.is_main:
-            from rlnb.engine.progress import progress_bar
+            from rlnb.engine.runtime.progress import progress_bar
 
             bar = progress_bar(total=num_steps, desc=type(self).__name__.removesuffix("Trainer"))
         try:  # the bar ends however the loop does: done, stopped early, or an error

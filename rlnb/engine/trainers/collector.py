@@ -36,8 +36,8 @@ import torch
 from pydantic import Field, model_validator
 
 from rlnb.algorithms.replay_buffer import AsyncGRPOConfig, ReplayBuffer, replay_buffer_capacity
-from rlnb.engine.batch_join import concat_rollouts, rollout_to_dict
-from rlnb.engine.batches import RolloutBatch
+from rlnb.engine.data.batch_join import concat_rollouts, rollout_to_dict
+from rlnb.engine.data.batches import RolloutBatch
 from rlnb.engine.trainers.rollout import RolloutInputs, sample_and_score, shape_metrics
 
 

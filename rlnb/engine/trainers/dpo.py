@@ -35,9 +35,9 @@ from typing import Any
 import torch
 
 from rlnb.algorithms.preference import DPOLossFn
-from rlnb.engine.batches import StepMetrics
-from rlnb.engine.preference_batch import DPOUpdateResult, PreferenceBatch, PreferenceScores
-from rlnb.engine.preference_data import (
+from rlnb.engine.data.batches import StepMetrics
+from rlnb.engine.data.preference_batch import DPOUpdateResult, PreferenceBatch, PreferenceScores
+from rlnb.engine.data.preference_data import (
     TokenPair,
     collate_pairs,
     digest,
@@ -45,7 +45,7 @@ from rlnb.engine.preference_data import (
     sampled_pairs,
     tokenize_pairs,
 )
-from rlnb.engine.timing import timer
+from rlnb.engine.runtime.timing import timer
 from rlnb.engine.trainers.base import Trainer, expect_batch, isolated_rng
 from rlnb.engine.trainers.dpo_config import DPOConfig
 from rlnb.engine.trainers.dpo_scores import score_pairs

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 from rlnb.algorithms.logprobs import token_logprobs
 from rlnb.algorithms.preference import dpo_loss
+from rlnb.engine.data.preference_batch import PreferenceBatch, PreferenceScores
 from rlnb.engine.models.policy import position_ids_from_mask
-from rlnb.engine.preference_batch import PreferenceBatch, PreferenceScores
 
 MAX_ELEMENTS = 2**25  # per log-softmax chunk: 128 MiB of float32
 

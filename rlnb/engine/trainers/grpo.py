@@ -34,12 +34,12 @@ from rlnb.algorithms.estimators import make_advantage_estimator
 from rlnb.algorithms.filtering import clip_advantages
 from rlnb.algorithms.masked import masked_stats
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
-from rlnb.engine.batches import AdvantageBatch, RolloutBatch, StepMetrics, UpdateResult
-from rlnb.engine.timing import timer
+from rlnb.engine.data.batches import AdvantageBatch, RolloutBatch, StepMetrics, UpdateResult
+from rlnb.engine.runtime.timing import timer
+from rlnb.engine.trainers.advantage_inputs import filtered_sample_mask, shaped_rewards
 from rlnb.engine.trainers.base import Trainer, expect_batch
 from rlnb.engine.trainers.collector import AsyncLoopConfig
 from rlnb.engine.trainers.loop_config import FOLDED_KEYS, LoopConfig, registered_estimator
-from rlnb.engine.trainers.rollout import filtered_sample_mask, shaped_rewards
 
 
 class GRPOEstimatorConfig(AdvEstimatorConfig):

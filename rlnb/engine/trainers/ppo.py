@@ -47,12 +47,12 @@ from rlnb.algorithms.masked import masked_stats
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
 from rlnb.algorithms.value_loss import MseValueLossFn, explained_variance
 from rlnb.config import parse_config
-from rlnb.engine.batches import AdvantageBatch, RolloutBatch, StepMetrics, UpdateResult
+from rlnb.engine.data.batches import AdvantageBatch, RolloutBatch, StepMetrics, UpdateResult
 from rlnb.engine.models.value import ValueModel, value_body
-from rlnb.engine.timing import timer
+from rlnb.engine.runtime.timing import timer
+from rlnb.engine.trainers.advantage_inputs import filtered_sample_mask, shaped_rewards
 from rlnb.engine.trainers.base import Trainer, expect_batch
 from rlnb.engine.trainers.loop_config import LoopConfig, registered_estimator
-from rlnb.engine.trainers.rollout import filtered_sample_mask, shaped_rewards
 
 
 class PPOEstimatorConfig(PPOAdvEstimatorConfig):

@@ -17,6 +17,8 @@ Implementation choices:
 4) A batch's ``weight_version`` is the policy version (training steps done) whose weights
    sampled it: the step it was sampled at here, the collector's weights in the async loop.
 5) Dynamic sampling (DAPO) generates several batches and joins them: ``dynamic_sampling.py``.
+   What the advantage stage makes of a batch's rewards and sample mask (scaling, shaping,
+   filtering) is the next stage's: ``advantage_inputs.py``.
 """
 
 from __future__ import annotations
@@ -26,13 +28,11 @@ from typing import Any
 
 import torch
 
-from rlnb.algorithms.filtering import overlong_filter, seq_logprob_error_mask
-from rlnb.algorithms.rewards import scale_rewards, shape_rewards
-from rlnb.engine.batches import RolloutBatch
+from rlnb.engine.data.batches import RolloutBatch
 from rlnb.engine.environments.base import check_rewards
 from rlnb.engine.environments.multiturn import sample_conversations
 from rlnb.engine.environments.prompts import format_prompt
-from rlnb.engine.timing import timer
+from rlnb.engine.runtime.timing import timer
 
 
 @dataclass(frozen=True)
@@ -140,19 +140,6 @@ def add_logprobs(policy, batch: RolloutBatch, *, reuse: bool, reference: bool) -
     return batch
 
 
-def shaped_rewards(loop, rewards, components, truncated, lengths):
-    """Reward scaling then shaping (docs/algorithms.md#reward-scaling-and-shaping), pure
-    functions of the raw rewards: ``(rewards [B], components name -> [B])``."""
-    if loop.reward_scaling.enabled:
-        kw = loop.reward_scaling.model_dump(exclude={"enabled"})
-        rewards = scale_rewards(rewards, **kw)
-        components = {k: scale_rewards(v, **kw) for k, v in components.items()}
-    if loop.reward_shaping.enabled:
-        kw = loop.reward_shaping.model_dump(exclude={"enabled"})
-        rewards = shape_rewards(rewards, truncated=truncated, response_lengths=lengths, **kw)
-    return rewards, components
-
-
 def outcome_metrics(dist, batch: RolloutBatch, signal: bool = True, correct: bool = True
                     ) -> dict[str, float]:
     """The rewards' mean, spread and standard error over ranks (``dist``: the trainer's
@@ -216,18 +203,3 @@ def reward_metrics(dist, rewards: torch.Tensor, group: torch.Tensor | None = Non
         out["train/reward_sem"] = (max(moments["g2"] - moments["g"] ** 2, 0.0)
                                    / (num_groups - 1)) ** 0.5
     return out
-
-
-def filtered_sample_mask(loop, batch: RolloutBatch, rewards: torch.Tensor
-                         ) -> tuple[torch.Tensor, dict[str, float]]:
-    """``[B]`` sample mask after overlong filtering and log-prob-error masking (the loop's
-    settings), with the masking metrics."""
-    sample_mask, metrics = batch.sample_mask.clone(), {}
-    if loop.overlong_filtering:
-        sample_mask = overlong_filter(sample_mask, batch.truncated)
-    if loop.seq_logprob_error_threshold is not None:
-        sample_mask, err = seq_logprob_error_mask(
-            batch.prev_logprobs, batch.generation_logprobs, batch.token_mask, sample_mask,
-            rewards, seq_logprob_error_threshold=loop.seq_logprob_error_threshold)
-        metrics.update({f"train/{k}": v for k, v in err.items()})
-    return sample_mask, metrics

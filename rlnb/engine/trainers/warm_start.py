@@ -14,8 +14,8 @@ Implementation choices:
 2) Its own AdamW (SFT takes a larger learning rate than RL); the policy's optimizer is untouched.
 3) It runs on its own random state, seeded with the loop's seed, and leaves the caller's alone:
    what follows is the same whether the warm start ran or its result was loaded.
-4) Caching the result on disk is the run layer's job (``rlnb.run.warm_start_cache``); this module
-   only trains, and names what a cached result depends on: the settings (``warm_start_key``),
+4) Caching the result on disk is the run layer's job (``rlnb.run.store.warm_start_cache``); this
+   module only trains, and names what a cached result depends on: the settings (``warm_start_key``),
    and the code and packages that computed it (``build_stamp``).
 5) The settings are every config value the warm start reads (model, precision, sampling, task,
    SFT settings, seed, device type), not the RL loop's own (its optimizer and batch sizes), so
@@ -103,7 +103,7 @@ WEIGHT_CODE = (
     "rlnb.engine.trainers.rollout",  # sample_and_score: the probe accuracy
     "rlnb.engine.trainers.loop_config",  # the loop's rules, checked when the trainer is built
     "rlnb.engine.trainers.grpo",  # the loop the warm start's trainer is
-    "rlnb.engine.timing",  # the probe's stage timers
+    "rlnb.engine.runtime.timing",  # the probe's stage timers
     "rlnb.engine.models.tiny",  # the embedded model's tokenizer and initial weights
     "rlnb.engine.models.policy",  # model loading, forward_logprobs, sync_reference
     "rlnb.engine.models.lora",  # LoRA runs: the adapters switched off while the base trains
@@ -232,7 +232,7 @@ def _warm_start(trainer, cfg: SFTConfig, params, *, progress: bool, log) -> dict
     start, steps, accuracy = time.perf_counter(), 0, 0.0
     bar = None
     if progress:
-        from rlnb.engine.progress import progress_bar
+        from rlnb.engine.runtime.progress import progress_bar
 
         bar = progress_bar(total=cfg.max_steps, desc="warm start (SFT)")
     for steps in range(1, cfg.max_steps + 1):

@@ -24,7 +24,8 @@ from rlnb.nemo.loss.interfaces import LossInputType
 __all__ = ["prepare_loss_input", "prepare_packed_loss_input"]
 
 
-def _single_process(**given: Any) -> None:
+def check_single_process(**given: Any) -> None:
+    """NeMo-RL's parallelism and draft-model arguments, refused unless None (naming them)."""
     named = [k for k, v in given.items() if v is not None]
     if named:
         raise ValueError(f"{', '.join(named)}: rlnb has no tensor, vocab or context parallelism "
@@ -60,9 +61,9 @@ def prepare_loss_input(
     ``logits``: ``[B, S', V]`` with S' ≥ S = ``data["input_ids"].shape[1]`` (extra positions
     are padding and dropped). ``chunk_size`` only saves memory in NeMo-RL and is ignored.
     """
-    _single_process(vocab_parallel_rank=vocab_parallel_rank,
-                    vocab_parallel_group=vocab_parallel_group,
-                    context_parallel_group=context_parallel_group, d2t=d2t)
+    check_single_process(vocab_parallel_rank=vocab_parallel_rank,
+                         vocab_parallel_group=vocab_parallel_group,
+                         context_parallel_group=context_parallel_group, d2t=d2t)
     kind = getattr(loss_fn, "input_type", None)
     if kind == LossInputType.LOGIT:
         return {"logits": logits}, data

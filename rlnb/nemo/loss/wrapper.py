@@ -20,7 +20,7 @@ import torch
 
 from rlnb.algorithms import packing
 from rlnb.nemo.batched_data_dict import BatchedDataDict
-from rlnb.nemo.loss.utils import _single_process
+from rlnb.nemo.loss.utils import check_single_process
 
 __all__ = ["SequencePackingFusionLossWrapper", "SequencePackingLossWrapper",
            "wrap_loss_fn_with_input_preparation"]
@@ -66,9 +66,9 @@ class SequencePackingLossWrapper:
         vocab_parallel_group: Any = None,
         context_parallel_group: Any = None,
     ):
-        _single_process(vocab_parallel_rank=vocab_parallel_rank,
-                        vocab_parallel_group=vocab_parallel_group,
-                        context_parallel_group=context_parallel_group)
+        check_single_process(vocab_parallel_rank=vocab_parallel_rank,
+                             vocab_parallel_group=vocab_parallel_group,
+                             context_parallel_group=context_parallel_group)
         self.loss_fn, self.prepare_fn = loss_fn, prepare_fn
         self.cu_seqlens_q, self.cu_seqlens_q_padded = cu_seqlens_q, cu_seqlens_q_padded
 

@@ -1,0 +1,312 @@
+"""The whole run's config (NeMo-RL's ``MasterConfig``): its sections, loaded from YAML with dotted
+overrides.
+
+    rlnb train configs/tiny.yaml grpo.num_prompts_per_step=8 loss_fn.ratio_clip_max=0.28
+    load_config(None, ["grpo.seed=1"], preset="fast")     # the default, shrunk for tests
+    load_config(packaged_config("ppo_tiny"))              # algorithm: ppo (PPO with a critic)
+    load_config(packaged_config("dpo_tiny"))              # algorithm: dpo (DPO on sampled pairs)
+
+Implementation choices:
+1) One typed section per concern, each defined next to the code it configures (``policy`` in
+   engine/models/policy.py, ``loss_fn`` in algorithms/policy_loss.py, ``grpo`` in
+   engine/trainers/grpo.py, ...), assembled here. Unknown keys and bad values fail at load time
+   with the dotted path and the closest valid key.
+2) Overrides are ``dotted.key=value`` with the value parsed as YAML (``0.2``, ``true``,
+   ``null``, ``[1, 2]``), applied to the YAML before validation, so they are checked the same way.
+3) With no file, ``configs/tiny.yaml`` (the embedded default, shipped in the package) is used;
+   a section's own defaults are NeMo-RL's, sized down where the CPU default needs it.
+4) A preset (``configs/presets/<name>.yaml``, e.g. ``fast``: a tiny model and a few rows for
+   tests and notebooks' ``fast`` mode) is a partial config laid over the base before the
+   overrides. Its ``grpo`` section shrinks whichever loop the config names (``ppo`` under
+   ``algorithm: ppo``).
+5) ``algorithm`` names the training loop (``engine/trainers/loops.py``). Each loop's own sections
+   (``grpo``; ``ppo``, ``value``, ``value_loss_fn``; ``dpo``) exist only under that loop: another
+   loop's section is refused at load time (it would be silently ignored), and the written config
+   leaves out the absent sections and the default ``algorithm: grpo``, so a GRPO run's
+   config.yaml is what it was before PPO existed.
+6) ``imports`` names modules imported before the rest is checked, so a plug-in registered from
+   a module (an estimator, a task, a generation backend: each one file and one registry entry)
+   is as valid in a config file or a ``rlnb train`` override as a built-in one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Mapping, Sequence
+from difflib import get_close_matches
+from pathlib import Path
+
+import yaml
+from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
+
+from rlnb.algorithms.checks import choose
+from rlnb.algorithms.policy_loss import ClippedPGLossConfig
+from rlnb.algorithms.value_loss import ValueLossConfig
+from rlnb.config import Config, apply_overrides, parse_config, parse_override
+from rlnb.engine.environments.multiturn import EnvConfig
+from rlnb.engine.environments.reward_funcs import RewardFuncConfig
+from rlnb.engine.environments.run_task import check_reward_rules
+from rlnb.engine.environments.tasks import TaskConfig
+from rlnb.engine.models.policy import PolicyConfig
+from rlnb.engine.models.value import ValueConfig
+from rlnb.engine.trainers.dpo_config import DPOConfig
+from rlnb.engine.trainers.grpo import GRPOConfig
+from rlnb.engine.trainers.loop_config import OVERRIDE_ALIASES, check_loop_rules
+from rlnb.engine.trainers.loops import LOOPS, loop_sections
+from rlnb.engine.trainers.ppo import PPOConfig
+from rlnb.engine.trainers.warm_start import SFTConfig
+from rlnb.run.config.nemo.translate import is_nemo_config, load_nemo_config
+from rlnb.run.store.checkpoint import CheckpointingConfig
+from rlnb.run.store.loggers import LoggerConfig
+
+
+class ClusterConfig(Config):
+    """``cluster``: processes (the launcher decides; recorded for the run directory)."""
+
+    num_processes: int | None = Field(
+        None, ge=1, description="Ranks the run expects (accelerate launch --num_processes); None: "
+        "whatever the launcher started. A different number of ranks is refused at start.")
+
+
+def _loop_section(**kwargs):
+    # None unless the config's algorithm owns the section (choice 5): the validator turns the
+    # default (an absent section, {}) into the section's defaults or None
+    return Field(default_factory=dict, validate_default=True, **kwargs)
+
+
+class MasterConfig(Config):
+    """A whole run (NeMo-RL's ``MasterConfig``; here it drives rlnb's trainers)."""
+
+    imports: list[str] = Field(
+        default_factory=list,
+        description="Python modules imported before the rest of the config is checked: a "
+        "plug-in's registrations (register_estimator, register_task, "
+        "register_generation_backend), so their names are valid here (choice 6).")
+    algorithm: str = Field("grpo", description="The training loop: 'grpo', 'ppo' or 'dpo'.")
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    loss_fn: ClippedPGLossConfig = Field(default_factory=ClippedPGLossConfig)
+    grpo: GRPOConfig | None = _loop_section(description="GRPO's loop (algorithm: grpo).")
+    ppo: PPOConfig | None = _loop_section(description="PPO's loop (algorithm: ppo).")
+    value: ValueConfig | None = _loop_section(description="PPO's value model (algorithm: ppo).")
+    value_loss_fn: ValueLossConfig | None = _loop_section(
+        description="PPO's critic loss, NeMo-RL's MseValueLossConfig (algorithm: ppo).")
+    dpo: DPOConfig | None = _loop_section(
+        description="DPO's loop and loss, NeMo-RL's dpo section (algorithm: dpo).")
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    data: TaskConfig = Field(default_factory=TaskConfig)
+    reward_funcs: list[RewardFuncConfig] = Field(
+        default_factory=list,
+        description="TRL-style reward functions ('module:function', or {func, weight, name}) "
+        "scoring the data's rows; the reward is their weighted sum, each one a component "
+        "(engine/environments/reward_funcs.py). Empty: the task's own reward.")
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    logger: LoggerConfig = Field(default_factory=LoggerConfig)
+    checkpointing: CheckpointingConfig = Field(default_factory=CheckpointingConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+
+    @field_validator("algorithm")
+    @classmethod
+    def _known_loop(cls, name: str) -> str:
+        choose(LOOPS, name, "training loop (algorithm)")
+        return name
+
+    @field_validator(*(s for sections in loop_sections().values() for s in sections),
+                     mode="before")
+    @classmethod
+    def _only_the_loops_own_sections(cls, data, info: ValidationInfo):
+        algorithm = info.data.get("algorithm")
+        owner = next(a for a, sections in loop_sections().items() if info.field_name in sections)
+        if algorithm == owner:
+            return {} if data is None else data
+        if data and algorithm is not None:  # (an empty section is as good as none)
+            raise ValueError(f"a section of algorithm '{owner}', but algorithm is '{algorithm}' "
+                             f"(it would be ignored): remove it, or set algorithm: {owner}")
+        return None
+
+    @model_validator(mode="after")
+    def _sections_agree(self) -> MasterConfig:
+        # the loop's rules with the other sections (trainers/loop_config.py); also decides
+        # reuse_generation_logprobs, before a trainer builds an engine, into the resolved config
+        check_loop_rules(self)
+        check_reward_rules(self)
+        return self
+
+    @field_validator("value")
+    @classmethod
+    def _value_from_the_policy(cls, value: ValueConfig | None, info: ValidationInfo):
+        policy = info.data.get("policy")
+        if value is not None and policy is not None and value.model_name not in (
+                None, policy.model_name):
+            raise ValueError(f"value.model_name={value.model_name!r}: rlnb builds the critic "
+                             f"from the policy ({policy.model_name!r}); set it null")
+        return value
+
+    @model_serializer(mode="wrap")
+    def _leave_out_other_loops(self, handler):
+        data = handler(self)  # choice 5: absent sections and the default algorithm stay out
+        for sections in loop_sections().values():
+            for section in sections:
+                if data.get(section, 0) is None:
+                    del data[section]
+        if data.get("algorithm") == "grpo":
+            del data["algorithm"]
+        for key in ("imports", "reward_funcs"):
+            if not data.get(key):
+                data.pop(key, None)
+        return data
+
+
+def read_yaml(path: str | Path) -> dict:
+    """A config file's mapping; a missing, unreadable or non-mapping file is a ValueError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ValueError(f"config file {path} is not UTF-8 text ({err.reason} at byte "
+                         f"{err.start})") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ValueError(f"config file {path} is not valid YAML{where}: {what}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path} must hold a mapping of sections, got "
+                         f"{type(data).__name__}")
+    return data
+
+
+def load_config(
+    source: str | Path | Mapping | MasterConfig | None = None,
+    overrides: Sequence[str] = (),
+    *,
+    preset: str | None = None,
+    ignore_unsupported: bool = False,
+) -> MasterConfig:
+    """A ``MasterConfig`` from a YAML path, a dict or a config (None: the embedded default),
+    with a preset and dotted overrides laid over it. A NeMo-RL config (``grpo_math_1B.yaml``)
+    is translated by ``rlnb.run.config.nemo.translate`` (its overrides use NeMo-RL's keys); the keys
+    rlnb ignores are refused, listed, unless ``ignore_unsupported``."""
+    if isinstance(source, MasterConfig) and not overrides and preset is None:
+        return source
+    if isinstance(source, MasterConfig):
+        data = source.model_dump(mode="json")
+    elif source is None:
+        data = read_yaml(default_config_path())
+    elif isinstance(source, Mapping):
+        data = _deep_copy(dict(source))
+    elif isinstance(source, (str, Path)):
+        data = read_yaml(source)
+    else:
+        raise ValueError(f"a config is a YAML path, a dict or a MasterConfig, got "
+                         f"{type(source).__name__}")
+    if not isinstance(source, MasterConfig) and is_nemo_config(data):
+        data = load_nemo_config(data if isinstance(source, Mapping) else source, overrides,
+                                ignore_unsupported=ignore_unsupported)
+        overrides = ()
+    if preset is not None:
+        over = read_yaml(preset_path(preset))
+        algorithm = _algorithm(data, overrides)
+        if algorithm != "grpo" and "grpo" in over:  # choice 4: a preset shrinks any loop
+            over = {**over, algorithm: _merge(over.get(algorithm) or {}, over["grpo"])}
+            del over["grpo"]
+        data = _merge(data, over)
+    data = apply_overrides(data, overrides, OVERRIDE_ALIASES)
+    folder = Path(source).parent if isinstance(source, (str, Path)) else None
+    import_plugins(data.get("imports"), folder)
+    if data.get("reward_funcs"):  # their modules import from here too, when the task is built
+        search_paths(folder)
+    unknown = [k for k in data if k not in MasterConfig.model_fields]
+    if unknown:
+        close = get_close_matches(unknown[0], list(MasterConfig.model_fields), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ValueError(f"invalid config:\n  {unknown[0]}: unknown section{hint}")
+    return parse_config(MasterConfig, data, "")
+
+
+def import_plugins(modules, folder: Path | None = None) -> None:
+    """Import each module of a config's ``imports`` (choice 6), from the working directory or
+    the config file's folder too; one that does not import is a ValueError naming it."""
+    if modules is None:
+        return
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        raise ValueError(f"invalid config:\n  imports: a list of module names, got {modules!r}")
+    search_paths(folder)
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as err:  # the plug-in's own error, named with its module
+            raise ValueError(f"invalid config:\n  imports: cannot import {name!r} "
+                             f"({type(err).__name__}: {err})") from None
+
+
+def search_paths(folder: Path | None = None) -> None:
+    """Let a config's modules (plug-ins, reward functions) import from the working directory
+    and the config file's folder."""
+    for where in (Path.cwd(), folder):
+        if where is not None and str(where) not in sys.path:
+            sys.path.append(str(where))
+
+
+def _algorithm(data: dict, overrides: Sequence[str]) -> str:
+    """The loop a config will name once ``overrides`` are applied (the last override wins)."""
+    name = data.get("algorithm", "grpo")
+    for item in overrides if not isinstance(overrides, str) else ():
+        path, value = parse_override(item)
+        if path == ["algorithm"]:
+            name = value
+    return name
+
+
+def packaged_config(name: str) -> Path:
+    """``configs/<name>.yaml`` as shipped with rlnb (``tiny``, ``ppo_tiny``, ...), wherever it is
+    installed; an unknown name lists the valid ones."""
+    folder = default_config_path().parent
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        valid = sorted(p.stem for p in folder.glob("*.yaml"))
+        raise ValueError(f"unknown packaged config {name!r}; configs: {valid}")
+    return path
+
+
+def default_config_path() -> Path:
+    """The embedded default, ``configs/tiny.yaml`` (installed as ``rlnb.configs``)."""
+    from importlib.resources import files
+
+    return Path(str(files("rlnb.configs") / "tiny.yaml"))
+
+
+def preset_path(name: str) -> Path:
+    """``configs/presets/<name>.yaml``; an unknown name lists the valid ones."""
+    folder = default_config_path().parent / "presets"
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        valid = sorted(p.stem for p in folder.glob("*.yaml"))
+        raise ValueError(f"unknown config preset {name!r}; presets: {valid}")
+    return path
+
+
+def dump_config(config: MasterConfig) -> str:
+    """The resolved config as YAML."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """``over`` laid over ``base`` section by section (nested dicts merged, values replaced)."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _deep_copy(data):
+    if isinstance(data, dict):
+        return {k: _deep_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deep_copy(v) for v in data]
+    return data

@@ -1,0 +1,175 @@
+"""NeMo-RL's YAML configs (``grpo_math_1B.yaml``, ``ppo_math_1B.yaml``, ...) as rlnb configs.
+
+    rlnb train grpo_math_1B.yaml policy.model_name=/models/qwen --ignore-unsupported
+    config = rlnb.load_config("grpo_math_1B.yaml", ["data.train.data_path=gsm8k.jsonl"],
+                              ignore_unsupported=True)
+
+Every leaf key of the NeMo-RL config lands in exactly one of three groups:
+- used with NeMo-RL's meaning: the loop (``grpo`` or ``ppo``), ``loss_fn``, ``value_loss_fn``,
+  the policy's and critic's sizes, optimizer, LR warm-up and sampling, the math data set,
+  checkpointing and loggers. Keys that are off (``lora_cfg.enabled: false``, a disabled
+  ``reward_shaping`` with its parameters, ``invalid_tool_call_advantage: null``, ...) count here:
+  rlnb does the same;
+- ignored, listed: what does not change the numbers (cluster, parallelism, DTensor/Megatron and
+  vLLM settings, packing, ports, logging back ends, checkpoint formats) and a few settings rlnb
+  handles its own way (prompt templates, held-out validation rows, epochs), each with a note.
+  ``load_config`` refuses to run with any unless ``ignore_unsupported=True``
+  (``rlnb train --ignore-unsupported``), so nothing is dropped without the user seeing it;
+- refused, named with a reason: keys that would change the algorithm and rlnb does not
+  implement (LoRA, NeMo-Gym penalties, another verifier, a scheduler rlnb cannot reproduce,
+  ...), NeMo-RL's other loops (DPO, SFT, distillation) and keys this reader does not know.
+
+NeMo-RL's meaning also where rlnb's defaults differ: the loop's keys absent from the file take
+NeMo-RL's defaults (``val_at_start`` false, ``seed`` 42, ...), and there is no warm start
+(``sft.enabled`` false: NeMo-RL starts RL from ``policy.model_name``). A top-level ``rlnb:``
+section (or ``rlnb.<key>=...`` overrides) is laid over the translated config for rlnb's own
+options (``rlnb.sft.enabled=true``, ``rlnb.logger.print_metrics=true``). Overrides use NeMo-RL's
+key paths and are applied before the interpolations, as NeMo-RL does.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlnb.config import apply_overrides, flatten
+from rlnb.run.config.nemo.reader import merge, read_nemo_yaml, resolve_interpolations
+from rlnb.run.config.nemo.report import Report, group_lines
+from rlnb.run.config.nemo.sections import (
+    data_section,
+    logger_section,
+    loop_section,
+    model_section,
+    schedule_cadence,
+)
+
+OTHER_LOOPS = {"dpo": "DPO", "sft": "SFT", "distillation": "distillation", "rm": "reward-model"}
+NEMO_MARKERS = ("defaults", "data_plane", "reward_penalties")
+INFRA = {  # notes of the keys rlnb ignores, by kind
+    "cluster": "GPUs and nodes: rlnb runs in the processes its launcher starts",
+    "data_plane": "NeMo-RL's TransferQueue data plane",
+    "dtensor_cfg": "DTensor/FSDP sharding, offload and activation checkpointing",
+    "megatron_cfg": "the Megatron back end (not enabled)",
+    "dynamic_batching": "micro-batch packing: the loss is normalised globally, same numbers",
+    "sequence_packing": "micro-batch packing: the loss is normalised globally, same numbers",
+    "speed": "memory and speed only",
+    "engine": "generation-engine plumbing (vLLM/Megatron engine, ports, weight transfer)",
+    "logging": "logging back ends and where logs go (rlnb logs into the run directory)",
+    "checkpoint": "checkpoint format and location (rlnb keeps the last keep_top_k by step in "
+                  "the run directory)",
+    "workers": "worker processes",
+}
+
+
+@dataclass
+class Translation:
+    """A translated config and what happened to each NeMo-RL key."""
+
+    config: dict
+    ignored: dict[str, str] = field(default_factory=dict)  # dotted key -> why it has no effect
+    roots: dict[str, str] = field(default_factory=dict)  # ignored key -> its listed section
+    refused: dict[str, str] = field(default_factory=dict)  # dotted key -> why rlnb cannot run it
+
+
+def is_nemo_config(data: Mapping) -> bool:
+    """A NeMo-RL config: it inherits (``defaults:``), has a section rlnb's configs never have,
+    or a NeMo-RL-shaped ``cluster`` / ``policy`` / ``data`` section."""
+    if any(k in data for k in NEMO_MARKERS):
+        return True
+    cluster, policy, data_cfg = data.get("cluster"), data.get("policy"), data.get("data")
+    if isinstance(cluster, Mapping) and any(k in cluster for k in ("gpus_per_node", "num_nodes")):
+        return True
+    if isinstance(policy, Mapping) and any(
+            k in policy for k in ("dtensor_cfg", "megatron_cfg", "tokenizer", "scheduler")):
+        return True
+    return isinstance(data_cfg, Mapping) and any(k in data_cfg for k in ("train", "default"))
+
+
+def load_nemo_config(source: str | Path | Mapping, overrides=(), *,
+                     ignore_unsupported: bool = False) -> dict:
+    """rlnb's config data (for ``MasterConfig``) from a NeMo-RL YAML path or dict, with NeMo-RL
+    overrides. Raises ``ValueError`` naming every refused key, or (unless
+    ``ignore_unsupported``) listing the ignored ones."""
+    name = Path(source).name if isinstance(source, (str, Path)) else "(dict)"
+    if isinstance(source, Mapping):
+        if "defaults" in source:
+            raise ValueError("a NeMo-RL config with defaults: must be loaded from its file (the "
+                             "parents are found next to it)")
+        data = copy.deepcopy(dict(source))
+    else:
+        data = read_nemo_yaml(source)
+    ours = [o for o in overrides if o.lstrip("+").startswith("rlnb.")]
+    theirs = [o.lstrip("+") for o in overrides if o not in ours]
+    data = resolve_interpolations(apply_overrides(data, theirs))
+    for item in ours:
+        apply_overrides(data, [item.lstrip("+")])
+    result = translate(data)
+    if result.refused:
+        raise ValueError(refusal_message(name, result.refused))
+    if result.ignored and not ignore_unsupported:
+        raise ValueError(ignored_message(name, result))
+    return result.config
+
+
+def translate(nemo: dict) -> Translation:
+    """Map a resolved NeMo-RL config onto rlnb's sections (the module docstring)."""
+    r = Report(flatten({k: v for k, v in nemo.items() if k != "rlnb"}), INFRA)
+    loops = [k for k in ("grpo", "ppo") if isinstance(nemo.get(k), Mapping)]
+    for key, what in OTHER_LOOPS.items():
+        if key in nemo:
+            where = ("; rlnb's DPO loop takes an rlnb config (algorithm: dpo, "
+                     "configs/dpo_tiny.yaml) with NeMo-RL's dpo key names" if key == "dpo" else
+                     " (the DPO and SFT losses are in rlnb.nemo.loss)")
+            r.refuse(key, f"NeMo-RL's {what} loop: rlnb reads NeMo-RL YAML for GRPO and PPO{where}")
+    if len(loops) != 1:
+        if not r.refused:
+            r.refuse("grpo" if loops else "(top level)", "a NeMo-RL GRPO or PPO config has "
+                     "exactly one of the grpo: and ppo: sections")
+        return Translation({}, refused=r.refused)
+    loop = loops[0]
+    out: dict[str, Any] = {"algorithm": loop, "sft": {"enabled": False}}
+    out["policy"] = model_section(r, "policy")
+    out["loss_fn"] = r.take_section("loss_fn")
+    out[loop] = loop_section(r, loop)
+    if loop == "ppo":
+        out["value"] = model_section(r, "value", policy=out["policy"])
+        out["value_loss_fn"] = r.take_section("value_loss_fn")
+    schedule_cadence(r, out, loop)
+    out["data"] = data_section(r, out, loop)
+    out["checkpointing"] = r.copy("checkpointing", ("enabled", "save_period", "keep_top_k"))
+    r.ignore("checkpointing", "checkpoint")
+    out["logger"] = logger_section(r)
+    for key, value in (("reward_penalties", False), ("on_policy_distillation", None)):
+        r.neutral_tree(key, (value, None), "NeMo-Gym's reward penalties / on-policy "
+                       "distillation: rlnb has neither")
+    r.ignore("cluster", "cluster")
+    r.ignore("data_plane", "data_plane")
+    r.refuse_rest("not a key rlnb's NeMo-RL reader knows (a newer NeMo-RL key?): remove it, or "
+                  "ask for it to be mapped")
+    extras = nemo.get("rlnb") or {}
+    if not isinstance(extras, Mapping):
+        r.refuse("rlnb", "the rlnb: section must be a mapping of rlnb config sections")
+        extras = {}
+    config = merge(out, extras)
+    return Translation(config, ignored=r.ignored, roots=r.roots, refused=r.refused)
+
+
+def refusal_message(name: str, refused: Mapping[str, str], limit: int = 25) -> str:
+    lines = [f"NeMo-RL config {name}: {len(refused)} key(s) rlnb cannot run as NeMo-RL would:"]
+    lines += [f"  {key}: {why}" for key, why in list(refused.items())[:limit]]
+    if len(refused) > limit:
+        lines.append(f"  ... and {len(refused) - limit} more")
+    return "\n".join(lines)
+
+
+def ignored_message(name: str, result: Translation) -> str:
+    loop = result.config.get("algorithm", "grpo").upper()
+    lines = [f"NeMo-RL config {name}: rlnb runs {loop} with its algorithm keys; these have no "
+             "effect here:"]
+    lines += group_lines(result.ignored, result.roots)
+    lines.append("Nothing was written. Run again with --ignore-unsupported to train without them "
+                 "(rlnb.load_config(..., ignore_unsupported=True)).")
+    return "\n".join(lines)

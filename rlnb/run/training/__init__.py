@@ -1,0 +1,11 @@
+"""A training run, from a config to a run directory.
+
+- ``session``: ``TrainingRun``: a trainer, its run directory, loggers, checkpoints and resume;
+- ``accelerator``: ``auto_accelerator`` (several processes), and which rank died;
+- ``verify``: ``rlnb verify``: reload a checkpoint, replay the next steps, compare;
+- ``timed``: ``train_for``: a wall-time budget, held-out accuracy measured off the clock.
+"""
+
+from rlnb.run import lazy_modules
+
+__getattr__ = lazy_modules(__name__)  # its modules load on first use (PEP 562)
