@@ -5,9 +5,9 @@
 
 - ``Dashboard``: live reward / KL / entropy / clip fraction / length / timing plots, a Stop
   button, a smoothing control, and metric cards (formula, expected range, what to check) behind
-  an info toggle; its panels are defined in ``panels.py``.
-- ``StageStepper``: Rollout / Advantages / Update / Step / Run N / Stop buttons (PPO and DPO:
-  their own stages).
+  an info toggle; its panels are the ones the trainer's loop declares, drawn by ``panels.py``.
+- ``StageStepper``: a button per stage the trainer's loop declares (GRPO: Rollout / Advantages
+  / Update; PPO and DPO: their own), then Step / Run N / Stop.
 - ``RolloutInspector`` and ``TokenView``: one group side by side; tokens coloured by advantage,
   ratio, KL, entropy or the generation-vs-training log-prob gap (DPO's pairs: ``PairView``, the
   chosen and rejected responses coloured by log π - log π_ref).

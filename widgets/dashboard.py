@@ -1,5 +1,6 @@
-"""The live training dashboard: reward, KL, entropy, clipping, length and stage timings (PPO:
-value loss and explained variance instead of entropy and length; DPO: its own, ``DPO_PANELS``).
+"""The live training dashboard: the plots the trainer's loop declares (GRPO: reward, KL,
+entropy, clipping, length and stage timings; PPO: value loss and explained variance instead of
+entropy and length; DPO and async GRPO: their own).
 
     dash = Dashboard(run)   # a TrainingRun (steps logged to its run dir) or a bare trainer
     dash.display()          # live plots + Stop button + metric cards (info toggle)
@@ -29,10 +30,10 @@ Implementation choices:
    of it.
 5) The static twin (``static_html``) is a plotly figure plus a table of the last values; it is
    refreshed in the saved output when a run ends.
-6) The panels follow the trainer's loop (``LOOP_PANELS`` by ``trainer.loop_section``): PPO shows
-   its critic's value loss and explained variance; DPO its preference loss, implicit rewards,
-   the pairs' log-probs, preference accuracy and KL to the reference. What each panel draws
-   (the reward's interval, smoothing, undefined points) is in ``panels.py``; the smoothing
+6) The panels are those the trainer's loop declares (``trainer.panels``, ``panels_for``): PPO
+   shows its critic's value loss and explained variance; DPO its preference loss, implicit
+   rewards, the pairs' log-probs, preference accuracy and KL to the reference. How each panel
+   draws (the reward's interval, smoothing, undefined points) is in ``panels.py``; the smoothing
    control only redraws.
 """
 
@@ -50,12 +51,7 @@ from typing import Any
 import numpy as np
 
 from rlnb.widgets.cards import metric_card
-from rlnb.widgets.panels import (  # noqa: F401 (ASYNC/PPO/DPO/LOOP_PANELS: imported from here too)
-    ASYNC_PANELS,
-    DEFAULT_PANELS,
-    DPO_PANELS,
-    LOOP_PANELS,
-    PPO_PANELS,
+from rlnb.widgets.panels import (
     SMOOTHING,
     Panel,
     band_series,

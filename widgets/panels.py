@@ -1,5 +1,7 @@
-"""What the dashboard draws: its panels per loop, and the series behind each trace.
+"""What the dashboard draws: the panels a loop declares, how each metric is drawn, and the
+series behind each trace.
 
+    panels_for(trainer)                    # trainer.panels, (title, keys) pairs, as Panels
     Panel("reward (mean ± 2 s.e. over prompts)", ("train/reward",), band="train/reward_sem",
           band_width=2.0)
     rolling_mean([1, 2, 3, 4], 2)          # [1.0, 1.5, 2.5, 3.5]: trailing, NaN-aware
@@ -16,6 +18,10 @@ Implementation choices:
 3) A panel can declare when a value is undefined (``defined``): explained variance on a batch
    whose returns do not vary (``rlnb.algorithms.value_loss.returns_vary``) is stored as NaN, which
    plotly draws as a gap and the smoothing skips, instead of the 1.0 the formula reads there.
+4) A loop declares its panels as data, a title and metric keys each (``Trainer.panels``,
+   ``rlnb/engine/trainers/views.py``); how a metric is drawn (the reward's band and held-out
+   markers, a fixed axis, undefined points) is this module's, by metric key (``DRAWING``), so
+   a new loop's ``train/reward`` gets the reward's band without saying so.
 """
 
 from __future__ import annotations
@@ -28,6 +34,10 @@ from typing import Any
 import numpy as np
 
 from rlnb.algorithms.value_loss import returns_vary
+from rlnb.engine.trainers.async_grpo import AsyncGRPOTrainer
+from rlnb.engine.trainers.dpo import DPOTrainer
+from rlnb.engine.trainers.grpo import GRPOTrainer
+from rlnb.engine.trainers.ppo import PPOTrainer
 
 
 @dataclass(frozen=True)
@@ -54,59 +64,35 @@ def critic_returns_vary(record: dict[str, Any]) -> bool:
         return True
 
 
-REWARD_PANEL = Panel("reward (mean ± 2 s.e. over prompts)", ("train/reward",),
-                     band="train/reward_sem", band_width=2.0, markers="validation/accuracy")
-DEFAULT_PANELS = (
-    REWARD_PANEL,
-    Panel("KL penalty", ("train/kl_penalty",)),
-    Panel("entropy (nats/token)", ("train/approx_entropy",)),
-    Panel("clip fraction", ("train/clip_fraction",)),
-    Panel("response length (tokens)", ("train/mean_gen_tokens_per_sample",)),
-    Panel("stage timings (s)", (
-        "timing/train/generation", "timing/train/policy_and_reference_logprobs",
-        "timing/train/advantage_calculation", "timing/train/policy_training",
-    )),
-)
-
-# PPO: the critic's value loss and explained variance take the entropy and length panels' place
-PPO_PANELS = (
-    DEFAULT_PANELS[0], DEFAULT_PANELS[1],
-    Panel("value loss (critic)", ("critic/loss",)),
+# how a metric is drawn in whichever loop's panel plots it first (choices 1 and 3): the loops
+# declare their panels as (title, metric keys), rlnb.engine.trainers.views
+DRAWING: dict[str, dict[str, Any]] = {
+    "train/reward": {"band": "train/reward_sem", "band_width": 2.0,
+                     "markers": "validation/accuracy"},
     # fixed at [-1, 1]: one batch whose returns are nearly all equal can read -3 or less, and
     # autorange would flatten the trend the panel is for (docs/algorithms.md#value-loss)
-    Panel("explained variance (critic)", ("critic/explained_var",), y_range=(-1.0, 1.0),
-          defined=critic_returns_vary),
-    DEFAULT_PANELS[3],
-    Panel("stage timings (s)", (
-        "timing/train/generation", "timing/train/value_inference",
-        "timing/train/advantage_calculation", "timing/train/value_training",
-        "timing/train/policy_training",
-    )),
-)
-# async GRPO: the buffer, the groups' ages, the importance weights' spread and who waits for whom
-ASYNC_PANELS = (
-    DEFAULT_PANELS[0],
-    Panel("replay buffer (groups after sampling)", ("train/buffer_size",)),
-    Panel("trajectory age (steps)", ("train/avg_trajectory_age", "async/max_trajectory_age")),
-    Panel("importance weights (the loss's)", ("train/sampling_importance_ratio",
-                                               "train/token_mult_prob_error")),
-    DEFAULT_PANELS[3],
-    Panel("waiting (s)", ("timing/train/wait_for_trajectories",
-                          "timing/async/collector_wait_for_weights")),
-)
-# DPO: the pairs' loss, implicit rewards and log-probs, preference accuracy, KL to the reference
-DPO_PANELS = (
-    DEFAULT_PANELS[0],  # the sampled answers' reward (on-policy pairs) and held-out accuracy
-    Panel("preference loss", ("train/preference_loss",)),
-    Panel("implicit reward (without β)", ("train/rewards_chosen_mean",
-                                          "train/rewards_rejected_mean", "train/reward_margin")),
-    Panel("log-prob of the pairs (nats/response)", ("train/logprobs_chosen",
-                                                    "train/logprobs_rejected")),
-    Panel("preference accuracy", ("train/accuracy",), y_range=(0.0, 1.0)),
-    Panel("KL to the reference (nats/token)", ("train/kl_to_reference",)),
-)
-# a trainer's loop (``loop_section``) -> its panels (an async GRPO trainer: ASYNC_PANELS)
-LOOP_PANELS = {"grpo": DEFAULT_PANELS, "ppo": PPO_PANELS, "dpo": DPO_PANELS}
+    "critic/explained_var": {"y_range": (-1.0, 1.0), "defined": critic_returns_vary},
+    "train/accuracy": {"y_range": (0.0, 1.0)},  # DPO's preference accuracy
+}
+
+
+def panels_of(declared) -> tuple[Panel, ...]:
+    """A loop's declared panels (``Trainer.panels``: ``(title, metric keys)`` pairs, or
+    ``Panel``s) as ``Panel``s, each drawn as ``DRAWING`` says for its first key."""
+    panels = []
+    for p in declared:
+        if not isinstance(p, Panel):
+            title, keys = p
+            p = Panel(title, tuple(keys), **DRAWING.get(keys[0], {}))
+        panels.append(p)
+    return tuple(panels)
+
+
+# the built-in loops' panels, for a history without its trainer (panels_for)
+DEFAULT_PANELS = panels_of(GRPOTrainer.panels)
+PPO_PANELS = panels_of(PPOTrainer.panels)
+ASYNC_PANELS = panels_of(AsyncGRPOTrainer.panels)
+DPO_PANELS = panels_of(DPOTrainer.panels)
 
 TIMING_NAMES = {
     "timing/train/generation": "generation",
@@ -123,17 +109,15 @@ SMOOTHING = (("off", 1), ("10 steps", 10), ("50 steps", 50), ("200 steps", 200))
 
 
 def panels_for(trainer=None, history: Iterable[dict[str, Any]] = ()) -> tuple[Panel, ...]:
-    """The panels of a trainer's loop (``LOOP_PANELS``); without a trainer, DPO's or PPO's when
-    the history holds preference or critic metrics, else the default. A task of reward
-    functions adds a panel of its components; one with no notion of correct (a history without
-    accuracy but with the held-out reward) marks the held-out reward, not accuracy."""
-    if trainer is not None:
-        if hasattr(trainer, "collector"):
-            panels = ASYNC_PANELS
-        else:
-            panels = LOOP_PANELS.get(getattr(trainer, "loop_section", "grpo"), DEFAULT_PANELS)
+    """The panels a trainer's loop declares (``trainer.panels``); without a trainer (or one that
+    declares none), DPO's, PPO's or async GRPO's when the history holds their metrics, else
+    GRPO's. A task of reward functions adds a panel of its components; one with no notion of
+    correct (a history without accuracy but with the held-out reward) marks the held-out
+    reward, not accuracy."""
+    declared = getattr(trainer, "panels", ())
+    if trainer is not None and declared:
         task = getattr(trainer, "task", None)
-        return task_panels(panels, [f.name for f in getattr(task, "funcs", ())],
+        return task_panels(panels_of(declared), [f.name for f in getattr(task, "funcs", ())],
                            getattr(task, "defines_correct", True))
     keys = {k for record in history for k in record}
     if "train/preference_loss" in keys:

@@ -5,14 +5,14 @@
                            # PPO: Rollout | Values | Advantages | Update | ...
                            # DPO: Pairs | Reference | Loss | Update | ...
 
-Rollout -> Advantages -> Update (PPO: Rollout -> Values -> Advantages -> Update, where Update is
-``ppo_epochs`` passes of the critic, then the policy; DPO: Pairs -> Reference -> Loss -> Update)
-is one step taken by hand (the stepper
-then logs it like a step of the run and feeds the dashboard); Step runs them all at once; Run N
+The stage buttons are the ones the trainer's loop declares (``trainer.stages``, ``Stage`` in
+``rlnb/engine/trainers/views.py``: the label, the method it calls, what must run first), so a
+new loop brings its own; pressing them in order is one step taken by hand (the stepper then
+logs it like a step of the run and feeds the dashboard). Step runs them all at once; Run N
 trains N steps through the dashboard (in the background, so Stop works). The next stage's
-button is highlighted. The last results stay on the object (``stepper.rollout``, ``.values``,
-``.advantages``, ``.result``; DPO: the pairs in ``.rollout``, their scores in ``.advantages``)
-for the cells below.
+button is highlighted. The last results stay on the object under the names the stages keep
+them (``stepper.rollout``, ``.advantages``, ``.result``; PPO's ``.values``; DPO: the pairs in
+``.rollout``, their scores in ``.advantages``; all in ``stepper.results``) for the cells below.
 """
 
 from __future__ import annotations
@@ -20,12 +20,15 @@ from __future__ import annotations
 import html
 import time
 
+from rlnb.engine.trainers.views import RECORDED
 from rlnb.widgets.static import LiveAndStatic
 
-STAGES = ("Rollout", "Advantages", "Update")
-# a trainer's loop (``loop_section``) -> its stages, in order
-LOOP_STAGES = {"grpo": STAGES, "ppo": ("Rollout", "Values", "Advantages", "Update"),
-               "dpo": ("Pairs", "Reference", "Loss", "Update")}
+# the stepper's own buttons after the loop's stages -> their tooltips
+CONTROLS = {
+    "Step": "all the stages",
+    "Run N": "train N steps (plots update live; Stop ends it)",
+    "Stop": "end Run N after the current step",
+}
 
 
 class StageStepper(LiveAndStatic):
@@ -35,30 +38,25 @@ class StageStepper(LiveAndStatic):
         from rlnb.widgets.dashboard import Dashboard, training_loop
 
         self.trainer, self._steps, self._log = training_loop(source)
+        specs = tuple(getattr(self.trainer, "stages", ()))
+        if not specs:
+            raise TypeError(f"{type(self.trainer).__name__} declares no stages to step through "
+                            "(Trainer.stages, rlnb/engine/trainers/views.py)")
+        clash = [s.name for s in specs if s.name in CONTROLS]
+        if clash:
+            raise ValueError(f"stages {clash} of {type(self.trainer).__name__} are named like "
+                             f"the stepper's own buttons {list(CONTROLS)}")
         self.dashboard = dashboard if dashboard is not None else Dashboard(source)
-        self.stages = LOOP_STAGES.get(getattr(self.trainer, "loop_section", "grpo"), STAGES)
-        self.rollout = self.values = self.advantages = self.result = None
-        self._trained = False  # the current batch has been through Update: roll out again
-        self._referenced = False  # DPO: the current pairs have their reference log-probs
+        self._specs = {s.name: s for s in specs}
+        self.stages = tuple(self._specs)  # the stage buttons' labels, in order
+        self.results = dict.fromkeys((*RECORDED, *(s.keeps for s in specs)))
+        self._done: set[str] = set()  # the stages run on the current batch
+        self._trained = False  # the current batch has been through the last stage: start again
         self._started: float | None = None
         self.next_stage = self.stages[0]
-        ppo, dpo = "Values" in self.stages, "Pairs" in self.stages
-        tips = {
-            "Rollout": "stage 1: sample P prompts x G responses and score them",
-            "Values": "stage 2: the critic's value of every token (no side effects)",
-            "Advantages": f"stage {2 + ppo}: rewards -> per-token advantages (no side effects)",
-            "Update": (f"stage 4: {self.trainer.config.ppo.ppo_epochs} passes of the critic, "
-                       "then the policy" if ppo else "stage 4: the DPO loss and an optimizer step"
-                       if dpo else "stage 3: loss and one optimizer step"),
-            "Pairs": "stage 1: this step's chosen/rejected pairs (sampled and scored, or read)",
-            "Reference": "stage 2: the reference policy's log-probs of the pairs",
-            "Loss": "stage 3: implicit rewards, margins and the loss now (no side effects)",
-            "Step": "all the stages",
-            "Run N": "train N steps (plots update live; Stop ends it)",
-            "Stop": "end Run N after the current step",
-        }
-        self.buttons = {name: w.Button(description=name, tooltip=tips[name])
-                        for name in (*self.stages, "Step", "Run N", "Stop")}
+        tips = {s.name: f"stage {i}: {s.describe(self.trainer)}" for i, s in enumerate(specs, 1)}
+        self.buttons = {name: w.Button(description=name, tooltip=tip)
+                        for name, tip in {**tips, **CONTROLS}.items()}
         self.run_steps = w.BoundedIntText(value=run_steps, min=1, max=100_000, description="N",
                                           layout=w.Layout(width="130px"))
         for name, button in self.buttons.items():
@@ -73,137 +71,77 @@ class StageStepper(LiveAndStatic):
         self.dashboard.on_running_change(self._refresh)
         self._refresh()
 
+    def __getattr__(self, name: str):
+        """A stage's last result by the name it keeps it under (``stepper.rollout``)."""
+        results = self.__dict__.get("results", {})
+        if name in results:
+            return results[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     # ------------------------------------------------------------------ actions
     def press(self, name: str) -> None:
         """What a click on button ``name`` does (tests and scripts can call it directly)."""
         try:
-            {"Rollout": self.do_rollout, "Values": self.do_values,
-             "Advantages": self.do_advantages, "Update": self.do_update, "Step": self.do_step,
-             "Run N": self.do_run, "Stop": self.dashboard.stop, "Pairs": self.do_pairs,
-             "Reference": self.do_reference, "Loss": self.do_loss}[name]()
+            if name in self._specs:
+                self.run_stage(name)
+            else:
+                {"Step": self.do_step, "Run N": self.do_run, "Stop": self.dashboard.stop}[name]()
         except Exception as err:  # shown in the widget; the notebook keeps running
             self._show(f"<pre style='color:#b00'>{html.escape(type(err).__name__)}: "
                        f"{html.escape(str(err))}</pre>")
         self._refresh()
 
-    def do_rollout(self):
+    def run_stage(self, name: str):
+        """Stage ``name`` of the loop on the current batch: the trainer method it names, called
+        with the results it takes; the first stage starts a new batch, the last one ends the
+        step (logged and plotted like a step of the run). Returns the stage's result."""
+        stage, first, last = self._specs[name], name == self.stages[0], name == self.stages[-1]
         self._check_idle()
-        self._started = time.perf_counter()
-        self.rollout = self.trainer.rollout()
-        self.values = self.advantages = self.result = None
-        self._trained = False
-        self.next_stage = self.stages[1]
-        frame = self.rollout.to_frame()
-        self._show(_pre(self.rollout.summary()) + frame.head(32).to_html(max_rows=32))
-        return self.rollout
-
-    def do_values(self):
-        """PPO's stage 2: the critic's values of the rollout (``trainer.compute_values``)."""
-        self._check_idle()
-        if self.rollout is None:
-            raise ValueError("run Rollout first: there is no batch to compute values on")
-        self._check_untrained()
-        self.values = self.trainer.compute_values(self.rollout)  # [B, S]
-        self.next_stage = "Advantages"
-        tm = self.rollout.token_mask
-        first = tm.argmax(dim=1, keepdim=True)  # [B, 1]: each response's first token
-        frame = self.rollout.to_frame()
-        frame.insert(0, "value of the prompt", self.values.gather(1, first).squeeze(1).tolist())
-        frame.insert(1, "mean value", ((self.values * tm).sum(1) / tm.sum(1).clamp(min=1)).tolist())
-        text = (f"values [B, S] = {tuple(self.values.shape)}: V_t = the critic's value before "
-                f"token t (V_0 = 0); mean over response tokens "
-                f"{float((self.values * tm).sum() / tm.sum().clamp(min=1)):+.3f}")
-        self._show(_pre(text) + frame.head(32).to_html(max_rows=32))
-        return self.values
-
-    def do_advantages(self):
-        self._check_idle()
-        if self.rollout is None:
-            raise ValueError("run Rollout first: there is no batch to compute advantages on")
-        self._check_untrained()
-        if "Values" in self.stages:
-            if self.values is None:
-                raise ValueError("run Values first: PPO's advantages need the critic's values")
-            self.advantages = self.trainer.compute_advantages(self.rollout, self.values)
+        for needed, why in stage.needs:
+            if needed not in self._done:
+                raise ValueError(f"run {needed} first: {why}")
+        if not first:
+            self._check_untrained()
         else:
-            self.advantages = self.trainer.compute_advantages(self.rollout)
-        self.next_stage = "Update"
-        frame = self.advantages.to_frame()
-        self._show(_pre(self.advantages.summary()) + frame.head(32).to_html(max_rows=32))
-        return self.advantages
+            self._started = time.perf_counter()
+        taken = [self.results[key] for key in stage.takes]
+        result = getattr(self.trainer, stage.method)(*taken)
+        if first:  # a new batch: the last one's results go
+            self.results = dict.fromkeys(self.results)
+            self._done, self._trained = set(), False
+        self.results[stage.keeps] = result
+        self._done.add(name)
+        self.next_stage = self.stages[(self.stages.index(name) + 1) % len(self.stages)]
+        if last:
+            self._end_step()
+        text, frame = (stage.view(result, *taken) if stage.view is not None else
+                       (result.summary(), result.to_frame() if hasattr(result, "to_frame")
+                        else None))
+        self._show(_pre(text) + ("" if frame is None
+                                 else frame.head(32).to_html(max_rows=32)))
+        return result
 
-    # DPO's stages: the pairs in self.rollout, their scores in self.advantages
-    def do_pairs(self):
-        """DPO's stage 1: this step's pairs (``trainer.pairs``)."""
-        self._check_idle()
-        self._started = time.perf_counter()
-        self.rollout = self.trainer.pairs()
-        self.advantages = self.result = None
-        self._trained, self._referenced = False, False
-        self.next_stage = "Reference"
-        self._show(_pre(self.rollout.summary()) + self.rollout.to_frame().head(32).to_html())
-        return self.rollout
-
-    def do_reference(self):
-        """DPO's stage 2: the reference's log-probs of the pairs."""
-        self._check_idle()
-        if self.rollout is None:
-            raise ValueError("run Pairs first: there are no pairs to score")
-        self._check_untrained()
-        self.trainer.reference_logprobs(self.rollout)
-        self._referenced = True
-        self.next_stage = "Loss"
-        b = self.rollout
-        per_row = (b.reference_logprobs * b.token_mask).sum(1)  # [B]
-        frame = b.to_frame()
-        frame["ref logprob chosen"] = per_row[0::2].tolist()
-        frame["ref logprob rejected"] = per_row[1::2].tolist()
-        self._show(_pre(f"log π_ref [B, S] = {tuple(b.reference_logprobs.shape)}: summed over "
-                        "each response") + frame.head(32).to_html())
-        return self.rollout
-
-    def do_loss(self):
-        """DPO's stage 3: implicit rewards, margins and the loss (no side effects)."""
-        self._check_idle()
-        if not self._referenced:
-            raise ValueError("run Reference first: the loss compares the policy with the "
-                             "reference's log-probs")
-        self._check_untrained()
-        self.advantages = self.trainer.compute_loss(self.rollout)
-        self.next_stage = "Update"
-        self._show(_pre(self.advantages.summary())
-                   + self.advantages.to_frame().head(32).to_html())
-        return self.advantages
-
-    def do_update(self):
-        self._check_idle()
-        self._check_untrained()
-        if self.advantages is None:
-            raise ValueError("run Loss first: Update trains on the scored pairs" if "Pairs" in
-                             self.stages else
-                             "run Advantages first: Update trains on an AdvantageBatch")
-        batch = self.rollout if "Pairs" in self.stages else self.advantages
-        self.result = self.trainer.update(batch)
+    def _end_step(self):
+        """The last stage has run: record the step (the run directory, the dashboard)."""
         self._trained = True
         seconds = time.perf_counter() - self._started if self._started else None
-        metrics = self.trainer.record_step(self.rollout, self.advantages, self.result, seconds)
+        metrics = self.trainer.record_step(*(self.results[k] for k in RECORDED), seconds)
         self._log(metrics)  # to the run directory, like a step of the loop
         self.dashboard.update(metrics)
-        self.next_stage = self.stages[0]
-        self._show(_pre(self.result.summary()))
-        return self.result
 
     def do_step(self):
         self._check_idle()
         for metrics in self._steps(1):
             self.dashboard.update(metrics)
             if metrics.trained:  # (a first record may be validation only)
-                self.rollout, self.advantages, self.result = (
-                    metrics.rollout, metrics.advantages, metrics.result)
-                self.values = getattr(metrics.advantages, "values", None)
-        self._trained = True
+                recorded = dict(zip(RECORDED, (metrics.rollout, metrics.advantages,
+                                               metrics.result)))
+                # a stage's own result, where the step's advantages carry it (PPO's values)
+                self.results = {k: recorded[k] if k in recorded
+                                else getattr(metrics.advantages, k, None) for k in self.results}
+        self._done, self._trained = set(self.stages), True
         self.next_stage = self.stages[0]
-        self._show(_pre(f"step {self.trainer.step_count}\n{self.result.summary()}"))
+        self._show(_pre(f"step {self.trainer.step_count}\n{self.results['result'].summary()}"))
         return metrics
 
     def do_run(self):

@@ -63,8 +63,8 @@ class Experiment:
 
     @property
     def loop(self) -> str:
-        """The config section holding the loop's seed (``grpo`` or ``ppo``)."""
-        return "ppo" if self.config == "ppo_tiny" else "grpo"
+        """The config section holding the loop's seed (``grpo``, ``ppo``, ...)."""
+        return seed_section(self.config)
 
     def overrides(self, label: str, seed: int) -> list[str]:
         """Every override of one setting's run (choice 1)."""
@@ -169,13 +169,23 @@ def warm_trainer(*, seed: int = 0, fast: bool = False, overrides: Sequence[str] 
     from rlnb.run.config.master_config import load_config, packaged_config
     from rlnb.run.store.warm_start_cache import cached_warm_start
 
-    loop = "ppo" if config == "ppo_tiny" else "grpo"
     cfg = load_config(packaged_config(config) if config else None,
-                      [f"{loop}.seed={seed}", *overrides], preset="fast" if fast else None)
+                      [f"{seed_section(config)}.seed={seed}", *overrides],
+                      preset="fast" if fast else None)
     trainer = make_trainer(cfg)
     if cfg.sft.enabled:
         cached_warm_start(trainer, cfg.sft, log=lambda *_: None)
     return trainer
+
+
+def seed_section(config: str | None) -> str:
+    """The section holding the loop's seed in packaged config ``config`` (None: the default):
+    the loop section of the loop it names, from the loop registry (``ppo`` for ``ppo_tiny``)."""
+    from rlnb.engine.trainers.loops import main_section
+    from rlnb.run.config.master_config import default_config_path, packaged_config, read_yaml
+
+    path = packaged_config(config) if config else default_config_path()
+    return main_section(read_yaml(path).get("algorithm", "grpo"))
 
 
 def _plain(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -153,14 +153,13 @@ def time_experiments(say: Callable[[str], None], *, steps: int, fast: bool, seed
 
 
 def _critic_warmup(exp) -> int:
-    """Steps that train PPO's critic only (``ppo.policy_training_start_step``), else 0."""
-    if exp.loop != "ppo":
-        return 0
+    """Steps that train the critic only (a loop with a critic warm-up: its section's
+    ``policy_training_start_step``, PPO's), else 0."""
     from rlnb.run.config.master_config import load_config, packaged_config
 
-    config = load_config(packaged_config(exp.config), [*exp.common, *next(iter(
-        exp.settings.values()))])
-    return config.ppo.policy_training_start_step
+    config = load_config(packaged_config(exp.config) if exp.config else None,
+                         [*exp.common, *next(iter(exp.settings.values()))])
+    return getattr(config.loop_config, "policy_training_start_step", 0)
 
 
 def speed(say: Callable[[str], None], *, fast: bool, seed: int = 0) -> None:

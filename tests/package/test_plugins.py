@@ -1,6 +1,7 @@
-"""A new estimator, task and generation backend, each one file plus one registry entry, written
-outside the package as a user would: they train through load_config overrides and `rlnb train`,
-and the config panel and the counterfactual comparison list the new estimator."""
+"""A new estimator, task, generation backend and training loop, each one file plus one registry
+entry, written outside the package as a user would: they train through load_config overrides and
+`rlnb train`, the config panel and the counterfactual comparison list the new estimator, and the
+stepper and the dashboard show the new loop's own stages and panels."""
 
 import json
 import subprocess
@@ -16,6 +17,7 @@ from rlnb.algorithms.estimators import ADVANTAGE_ESTIMATORS
 from rlnb.engine.environments.tasks import TASKS
 from rlnb.engine.inspection.counterfactual import compare_estimators
 from rlnb.engine.models.generation import GENERATION_BACKENDS
+from rlnb.engine.trainers.loops import LOOPS
 
 PLUGIN = textwrap.dedent('''
     """A user's plug-ins: each is a class plus one registry call."""
@@ -79,20 +81,72 @@ PLUGIN = textwrap.dedent('''
 ''')
 NEW = ["grpo.adv_estimator.name=sign", "data.name=echo", "policy.generation.backend=counting"]
 
+LOOP_PLUGIN = textwrap.dedent('''
+    """A user's loop: GRPO that trains on the sign of each advantage, with a stage of its own."""
+    import dataclasses
+
+    import torch
+
+    from rlnb.engine.runtime.timing import timer
+    from rlnb.engine.trainers.grpo import GRPOTrainer
+    from rlnb.engine.trainers.loops import register_loop
+    from rlnb.engine.trainers.views import REWARD_PANEL, Stage
+
+
+    def signs_view(signed, advantages):
+        a = signed.sequence_advantages()
+        return (f"signed advantages: {int((a > 0).sum())} responses +1, "
+                f"{int((a < 0).sum())} responses -1", signed.to_frame())
+
+
+    class SignGRPOTrainer(GRPOTrainer):
+        """GRPO whose update sees only the sign of each advantage."""
+
+        rollout_stage, advantages_stage, update_stage = GRPOTrainer.stages
+        stages = (
+            rollout_stage, advantages_stage,
+            Stage("Sign", "advantages -> their sign (no side effects)", "sign_advantages",
+                  keeps="advantages", takes=("advantages",),
+                  needs=(("Advantages", "there are no advantages to take the sign of"),),
+                  view=signs_view),
+            dataclasses.replace(update_stage,
+                                needs=(("Sign", "Update trains on the signed advantages"),)),
+        )
+        panels = (REWARD_PANEL, ("positive advantages (share)", ("train/positive_share",)))
+
+        def sign_advantages(self, batch):
+            positive = float((batch.sequence_advantages() > 0).float().mean())
+            return dataclasses.replace(batch, advantages=torch.sign(batch.advantages),
+                                       metrics={**batch.metrics,
+                                                "train/positive_share": positive})
+
+        def step(self):
+            elapsed = timer()
+            rollout = self.rollout()
+            advantages = self.sign_advantages(self.compute_advantages(rollout))
+            return self.record_step(rollout, advantages, self.update(advantages), elapsed())
+
+
+    register_loop("grpo_sign", SignGRPOTrainer, about="GRPO on the sign of each advantage")
+''')
+
 
 @pytest.fixture()
 def plugin(tmp_path, monkeypatch):
     """The plug-in module in a folder of its own, found as a user's module is (the working
     directory); the registries are restored afterwards."""
     (tmp_path / "my_plugins.py").write_text(PLUGIN)
+    (tmp_path / "my_loops.py").write_text(LOOP_PLUGIN)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RLNB_CACHE_DIR", str(tmp_path / "cache"))
-    saved = [dict(r) for r in (ADVANTAGE_ESTIMATORS, TASKS, GENERATION_BACKENDS)]
+    registries = (ADVANTAGE_ESTIMATORS, TASKS, GENERATION_BACKENDS, LOOPS)
+    saved = [dict(r) for r in registries]
     yield tmp_path
-    for registry, before in zip((ADVANTAGE_ESTIMATORS, TASKS, GENERATION_BACKENDS), saved):
+    for registry, before in zip(registries, saved):
         registry.clear()
         registry.update(before)
     sys.modules.pop("my_plugins", None)
+    sys.modules.pop("my_loops", None)
 
 
 def test_without_the_import_the_names_are_refused(plugin):
@@ -155,6 +209,92 @@ def test_rlnb_train_with_the_plugins(plugin):
     assert [m["step"] for m in metrics] == [1]
     saved = (run / "config.yaml").read_text()
     assert "- my_plugins" in saved and "name: sign" in saved and "name: echo" in saved
+
+
+def test_a_loop_registered_from_outside_brings_its_stages_and_panels(plugin, monkeypatch):
+    """`algorithm: grpo_sign` builds the plug-in's trainer on GRPO's section; the stepper shows
+    its four stages (one no built-in loop has) and each press does what it says; the dashboard
+    draws the panels it declares."""
+    pytest.importorskip("ipywidgets")
+    pytest.importorskip("plotly")
+    monkeypatch.setenv("RLNB_HEADLESS", "1")
+    from tiny_config import with_rewards
+
+    from rlnb.engine.trainers.loops import make_trainer
+    from rlnb.widgets import Dashboard, StageStepper
+
+    with pytest.raises(ValueError, match="unknown training loop"):
+        rlnb.load_config(None, [*TINY, "algorithm=grpo_sign"])
+    config = rlnb.load_config(None, ["imports=[my_loops]", "algorithm=grpo_sign", *TINY,
+                                     "grpo.val_period=0"])
+    loops = sys.modules["my_loops"]
+    assert config.loop_config is config.grpo and config.ppo is None
+    with pytest.raises(ValueError, match="a section of algorithm 'ppo'"):
+        rlnb.load_config(None, ["imports=[my_loops]", "algorithm=grpo_sign", "ppo.seed=1"])
+    # a preset shrinks the loop's section, GRPO's here
+    fast = rlnb.load_config(None, ["imports=[my_loops]", "algorithm=grpo_sign"], preset="fast")
+    assert fast.grpo.num_prompts_per_step < rlnb.load_config(None).grpo.num_prompts_per_step
+    trainer = with_rewards(make_trainer(config))  # each group's rewards: 1, 0, 0, 1
+    assert type(trainer) is loops.SignGRPOTrainer
+
+    dash = Dashboard(trainer)
+    assert [p.title for p in dash.panels] == ["reward (mean ± 2 s.e. over prompts)",
+                                              "positive advantages (share)"]
+    assert dash.panels[1].keys == ("train/positive_share",)
+    assert dash.panels[0].band == "train/reward_sem"  # the dashboard's drawing of the reward
+    stepper = StageStepper(trainer, dash)
+    assert stepper.stages == ("Rollout", "Advantages", "Sign", "Update")
+    assert stepper.buttons["Sign"].tooltip == "stage 3: advantages -> their sign (no side effects)"
+    stepper.press("Sign")  # out of order: refused in the widget
+    assert "run Advantages first: there are no advantages to take the sign of" in \
+        stepper.view.value
+
+    stepper.press("Rollout")
+    assert stepper.rollout is not None and "RolloutBatch" in stepper.view.value
+    stepper.press("Advantages")
+    raw = stepper.advantages
+    assert stepper.next_stage == "Sign"
+    stepper.press("Update")  # the advantages are not signed yet
+    assert "run Sign first: Update trains on the signed advantages" in stepper.view.value
+    assert trainer.step_count == 0
+    stepper.press("Sign")
+    # by hand: rewards 1, 0, 0, 1 in every group of 4 -> advantages +, -, -, + -> signs ±1
+    assert torch.equal(stepper.advantages.sequence_advantages(),
+                       torch.tensor([1.0, -1.0, -1.0, 1.0]).repeat(4))
+    assert torch.equal(stepper.advantages.advantages, torch.sign(raw.advantages))
+    assert stepper.advantages.rollout is stepper.rollout
+    assert "signed advantages: 8 responses +1, 8 responses -1" in stepper.view.value
+    assert stepper.next_stage == "Update"
+
+    before = [p.detach().clone() for p in trainer.policy.model.parameters()]
+    stepper.press("Update")
+    assert trainer.step_count == 1 and "UpdateResult(step=1)" in stepper.view.value
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.policy.model.parameters()))
+    assert dash.history[-1]["step"] == 1
+    assert dash.history[-1]["train/positive_share"] == 0.5  # the Sign stage's, recorded
+    assert list(dash.columns["train/positive_share"][1]) == [0.5]  # and plotted
+    stepper.press("Sign")  # the batch has been trained on
+    assert "run Rollout first: this batch has already been trained on" in stepper.view.value
+    stepper.press("Step")  # the loop's own step: signed advantages again
+    assert trainer.step_count == 2 and dash.history[-1]["train/positive_share"] == 0.5
+
+
+def test_a_loop_whose_stages_do_not_fit_is_refused_when_defined():
+    from rlnb.engine.trainers.grpo import GRPOTrainer
+    from rlnb.engine.trainers.loops import register_loop
+    from rlnb.engine.trainers.views import Stage
+
+    with pytest.raises(TypeError, match="stage 'Values' takes \\['values'\\], which no stage"):
+        type("Bad", (GRPOTrainer,), {"stages": (
+            GRPOTrainer.stages[0],
+            Stage("Values", "v", "compute_advantages", keeps="v", takes=("values",)))})
+    with pytest.raises(TypeError, match="calls 'no_such_method'"):
+        type("Bad", (GRPOTrainer,), {"stages": (Stage("X", "x", "no_such_method", keeps="x"),)})
+    with pytest.raises(TypeError, match="Trainer subclass"):
+        register_loop("x", dict)
+    with pytest.raises(TypeError, match="first section"):
+        register_loop("x", GRPOTrainer, ("ppo",))
+    assert "x" not in LOOPS
 
 
 def test_registering_something_that_is_not_one_is_refused():

@@ -91,7 +91,7 @@ def build_run_task(config, tokenizer=None, *, reward_funcs=None, reward_weights=
             raise ValueError(f"data.correct_reward={data.correct_reward!r} names a reward "
                              "function, but the run has none (reward_funcs)")
         return rows
-    loop = getattr(config, getattr(config, "algorithm", "grpo"), None)
+    loop = loop_section_of(config)
     if getattr(loop, "max_rollout_turns", 1) > 1:
         raise ValueError("reward_funcs score single-turn completions, but max_rollout_turns="
                          f"{loop.max_rollout_turns}: set it to 1")
@@ -102,6 +102,17 @@ def build_run_task(config, tokenizer=None, *, reward_funcs=None, reward_weights=
                          f"({type(tokenizer).__name__}) has no chat template: give prompts as "
                          "text, or a model whose tokenizer has one")
     return task
+
+
+def loop_section_of(config):
+    """The config's loop section (``grpo``, ``ppo``, ``dpo``), or None: a ``LoopConfig``, or a
+    section with rules of its own (``dpo``: ``check_rules``, ``needs_reference``,
+    ``logprob_source``). A ``MasterConfig`` finds it in the loop registry (its ``loop_config``:
+    a loop registered on another's section reads that one); another config object names it by
+    its algorithm."""
+    section = getattr(config, "loop_config", None)
+    return section if section is not None else getattr(
+        config, getattr(config, "algorithm", "grpo"), None)
 
 
 def check_reward_rules(config) -> None:
@@ -119,10 +130,10 @@ def check_reward_rules(config) -> None:
     if correct is not None and correct not in (*names, "total"):
         raise ValueError(f"data.correct_reward={correct!r} is not one of reward_funcs {names} "
                          "nor 'total'")
-    section = getattr(config, "algorithm", "grpo")
-    loop = getattr(config, section, None)
+    loop = loop_section_of(config)
     if loop is None:
         return
+    section = loop.section
     if loop.max_rollout_turns > 1:
         raise ValueError(f"reward_funcs score single-turn completions, but {section}."
                          f"max_rollout_turns={loop.max_rollout_turns}: set it to 1")

@@ -36,6 +36,7 @@ from rlnb.engine.runtime.timing import timer
 from rlnb.engine.trainers.collector import TrajectoryCollector, new_buffer
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.engine.trainers.rollout import add_logprobs, outcome_metrics
+from rlnb.engine.trainers.views import CLIP_PANEL, REWARD_PANEL
 
 BUFFER_FILE = "replay_buffer"  # the checkpoint's replay_buffer.pt
 
@@ -61,6 +62,19 @@ class AsyncGRPOTrainer(GRPOTrainer):
     it when ``grpo.async_grpo.enabled``. ``close()`` (or the end of ``train``) stops the
     collector.
     """
+
+    # GRPO's stages; the dashboard's plots: the buffer, the groups' ages, the importance
+    # weights' spread and who waits for whom
+    panels = (
+        REWARD_PANEL,
+        ("replay buffer (groups after sampling)", ("train/buffer_size",)),
+        ("trajectory age (steps)", ("train/avg_trajectory_age", "async/max_trajectory_age")),
+        ("importance weights (the loss's)", ("train/sampling_importance_ratio",
+                                             "train/token_mult_prob_error")),
+        CLIP_PANEL,
+        ("waiting (s)", ("timing/train/wait_for_trajectories",
+                         "timing/async/collector_wait_for_weights")),
+    )
 
     def __init__(self, config, **kwargs):
         super().__init__(config, **kwargs)

@@ -4,8 +4,9 @@
     for metrics in trainer.train(100): ...    # one StepMetrics per step (plus validation)
 
 A loop (GRPO, PPO, async GRPO) subclasses ``Trainer`` and writes its stages (``rollout``,
-``compute_advantages``, ``update``, ...) and ``step``; this module holds the plumbing around
-them, so a loop's own module reads as its algorithm.
+``compute_advantages``, ``update``, ...) and ``step``, and declares what the UI shows of it
+(``stages``: the stepper's buttons, ``panels``: the dashboard's plots; ``views.py``); this
+module holds the plumbing around them, so a loop's own module reads as its algorithm.
 
 Implementation choices:
 1) The trainer knows nothing of run directories, loggers or widgets (they live in higher
@@ -49,6 +50,11 @@ from rlnb.engine.trainers.rollout import (
     outcome_metrics,
     sample_and_score,
 )
+from rlnb.engine.trainers.views import PanelSpec, Stage, check_stages
+
+# stage 1 of every loop that samples and scores (``Trainer.rollout``), as the stepper shows it
+ROLLOUT_STAGE = Stage("Rollout", "sample P prompts x G responses and score them", "rollout",
+                      keeps="rollout")
 
 
 def expect_batch(batch, kind: type, stage: str) -> None:
@@ -80,6 +86,13 @@ class Trainer:
     """
 
     loop_section = "grpo"  # the config section with the loop's keys
+    # what the UI shows (views.py): the stepper's stages in order, the dashboard's panels
+    stages: tuple[Stage, ...] = ()
+    panels: tuple[PanelSpec, ...] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        check_stages(cls)  # a declaration that does not fit fails at import (views.py)
 
     def __init__(self, config, *, policy=None, task=None, accelerator=None, reward_funcs=None,
                  reward_weights=None, train_dataset=None, eval_dataset=None):

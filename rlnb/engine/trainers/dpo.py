@@ -50,9 +50,21 @@ from rlnb.engine.trainers.base import Trainer, expect_batch, isolated_rng
 from rlnb.engine.trainers.dpo_config import DPOConfig
 from rlnb.engine.trainers.dpo_scores import score_pairs
 from rlnb.engine.trainers.rollout import groups_with_signal, reward_metrics, sample_and_score
+from rlnb.engine.trainers.views import REWARD_PANEL, Stage
 
 __all__ = ["DPOConfig", "DPOTrainer"]
 POOL_FILE = "preference_pool"  # the sampled pool in a checkpoint (choice 2)
+
+
+def reference_view(batch: PreferenceBatch, *_):
+    """The stepper's view of ``reference_logprobs``: the pairs' table with log π_ref summed
+    over each chosen and rejected response."""
+    per_row = (batch.reference_logprobs * batch.token_mask).sum(1)  # [B]
+    frame = batch.to_frame()
+    frame["ref logprob chosen"] = per_row[0::2].tolist()
+    frame["ref logprob rejected"] = per_row[1::2].tolist()
+    return (f"log π_ref [B, S] = {tuple(batch.reference_logprobs.shape)}: summed over each "
+            "response", frame)
 
 
 class DPOTrainer(Trainer):
@@ -65,6 +77,34 @@ class DPOTrainer(Trainer):
     """
 
     loop_section = "dpo"
+    # the stepper's buttons (views.py): Pairs -> Reference -> Loss -> Update; the pairs are kept
+    # as the step's rollout (the reference adds its log-probs to them), their scores as its
+    # advantages
+    stages = (
+        Stage("Pairs", "this step's chosen/rejected pairs (sampled and scored, or read)", "pairs",
+              keeps="rollout"),
+        Stage("Reference", "the reference policy's log-probs of the pairs",
+              "reference_logprobs", keeps="rollout", takes=("rollout",),
+              needs=(("Pairs", "there are no pairs to score"),), view=reference_view),
+        Stage("Loss", "implicit rewards, margins and the loss now (no side effects)",
+              "compute_loss", keeps="advantages", takes=("rollout",),
+              needs=(("Reference", "the loss compares the policy with the reference's "
+                      "log-probs"),)),
+        Stage("Update", "the DPO loss and an optimizer step", "update", keeps="result",
+              takes=("rollout",), needs=(("Loss", "Update trains on the scored pairs"),)),
+    )
+    # the dashboard's plots: the pairs' loss, implicit rewards and log-probs, preference
+    # accuracy, KL to the reference (the reward: the sampled answers' and held-out accuracy)
+    panels = (
+        REWARD_PANEL,
+        ("preference loss", ("train/preference_loss",)),
+        ("implicit reward (without β)", ("train/rewards_chosen_mean",
+                                         "train/rewards_rejected_mean", "train/reward_margin")),
+        ("log-prob of the pairs (nats/response)", ("train/logprobs_chosen",
+                                                   "train/logprobs_rejected")),
+        ("preference accuracy", ("train/accuracy",)),
+        ("KL to the reference (nats/token)", ("train/kl_to_reference",)),
+    )
 
     def __init__(self, config, *, policy=None, task=None, accelerator=None, pairs=None):
         super().__init__(config, policy=policy, task=task, accelerator=accelerator)

@@ -37,9 +37,10 @@ from rlnb.algorithms.policy_loss import ClippedPGLossFn
 from rlnb.engine.data.batches import AdvantageBatch, RolloutBatch, StepMetrics, UpdateResult
 from rlnb.engine.runtime.timing import timer
 from rlnb.engine.trainers.advantage_inputs import filtered_sample_mask, shaped_rewards
-from rlnb.engine.trainers.base import Trainer, expect_batch
+from rlnb.engine.trainers.base import ROLLOUT_STAGE, Trainer, expect_batch
 from rlnb.engine.trainers.collector import AsyncLoopConfig
 from rlnb.engine.trainers.loop_config import FOLDED_KEYS, LoopConfig, registered_estimator
+from rlnb.engine.trainers.views import CLIP_PANEL, KL_PANEL, REWARD_PANEL, Stage
 
 
 class GRPOEstimatorConfig(AdvEstimatorConfig):
@@ -106,6 +107,26 @@ class GRPOTrainer(Trainer):
     """
 
     loop_section = "grpo"
+    # the stepper's buttons (views.py): Rollout -> Advantages -> Update
+    stages = (
+        ROLLOUT_STAGE,
+        Stage("Advantages", "rewards -> per-token advantages (no side effects)",
+              "compute_advantages", keeps="advantages", takes=("rollout",),
+              needs=(("Rollout", "there is no batch to compute advantages on"),)),
+        Stage("Update", "loss and one optimizer step", "update", keeps="result",
+              takes=("advantages",),
+              needs=(("Advantages", "Update trains on an AdvantageBatch"),)),
+    )
+    # the dashboard's plots: (title, metric keys)
+    panels = (
+        REWARD_PANEL, KL_PANEL,
+        ("entropy (nats/token)", ("train/approx_entropy",)),
+        CLIP_PANEL,
+        ("response length (tokens)", ("train/mean_gen_tokens_per_sample",)),
+        ("stage timings (s)", (
+            "timing/train/generation", "timing/train/policy_and_reference_logprobs",
+            "timing/train/advantage_calculation", "timing/train/policy_training")),
+    )
 
     # ------------------------------------------------------------------ stage 1: rollout
     # (the Trainer base's: every loop samples the same way)

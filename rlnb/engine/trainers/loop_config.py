@@ -27,6 +27,7 @@ from pydantic import Field, field_validator, model_validator
 from rlnb.algorithms.estimators import estimator_class
 from rlnb.algorithms.rewards import RewardScalingConfig, RewardShapingConfig
 from rlnb.config import Config
+from rlnb.engine.environments.run_task import loop_section_of
 from rlnb.engine.models.generation import GENERATION_BACKENDS
 
 FOLDED_KEYS = ("normalize_rewards", "use_leave_one_out_baseline")
@@ -114,19 +115,11 @@ class LoopConfig(Config):
 def needs_reference(config) -> bool:
     """Whether the run keeps a frozen reference policy: a KL penalty (in the loss or in the
     reward) that ``skip_reference_policy_logprobs_calculation`` does not switch off."""
-    loop = loop_section(config)
+    loop = loop_section_of(config)
     if not isinstance(loop, LoopConfig):  # a section with rules of its own (DPO's: always)
         return loop.needs_reference(config)
     return (config.loss_fn.reference_policy_kl_penalty > 0
             and not loop.skip_reference_policy_logprobs_calculation)
-
-
-def loop_section(config):
-    """The config's loop section (``grpo``, ``ppo``, ``dpo``: the one that is set); a
-    ``LoopConfig``, or a section with rules of its own (``dpo``: ``check_rules``,
-    ``needs_reference``, ``logprob_source``)."""
-    algorithm = getattr(config, "algorithm", "grpo")
-    return getattr(config, algorithm)
 
 
 def resolve_logprob_reuse(loop: LoopConfig, policy) -> bool:
@@ -165,7 +158,7 @@ def logprob_source(loop: LoopConfig) -> str:
 def check_loop_rules(config) -> None:
     """The rules between the loop section and the other sections (choice 2); a ``ValueError``
     naming the keys. Also decides ``reuse_generation_logprobs`` (choice 3)."""
-    loop, loss = loop_section(config), config.loss_fn
+    loop, loss = loop_section_of(config), config.loss_fn
     if not isinstance(loop, LoopConfig):  # DPO's section states its own rules (dpo_config.py)
         loop.check_rules(config)
         return
@@ -210,8 +203,10 @@ def check_loop_rules(config) -> None:
             raise ValueError(
                 "policy.lora.quantize=4bit with sft.enabled=true: the warm start trains every "
                 "weight, and a 4-bit base cannot be trained (set sft.enabled: false)")
-        if getattr(config, "algorithm", "grpo") == "ppo":
-            raise ValueError("policy.lora.quantize=4bit with algorithm: ppo: the critic is a "
+        # the loop trains a critic: its sections (loops.py) include the value model's (PPO)
+        if getattr(config, "value", None) is not None:
+            raise ValueError(f"policy.lora.quantize=4bit with algorithm: "
+                             f"{getattr(config, 'algorithm', 'grpo')}: the critic is a "
                              "trainable copy of the policy's body, which a 4-bit base cannot "
                              "give (set policy.lora.quantize: null)")
     resolve_logprob_reuse(loop, config.policy)

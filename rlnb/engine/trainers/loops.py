@@ -3,10 +3,13 @@
 ``grpo.async_grpo.enabled`` is ``AsyncGRPOTrainer``.
 
     trainer = make_trainer(rlnb.load_config("configs/tiny.yaml"))
+    register_loop("grpo_sign", SignGRPOTrainer)   # algorithm: grpo_sign, on the grpo section
 
-``LOOPS`` is the registry: each loop's trainer, the config sections that belong to it alone
-(another loop's sections are refused when a config loads) and, for a loop whose section can
-switch generation to run ahead of training, its asynchronous trainer.
+``LOOPS`` is the registry: each loop's trainer (which declares its stages and dashboard panels,
+``views.py``), the config sections it reads (the first is its loop section; another loop's
+sections are refused when a config loads), for a loop whose section can switch generation to
+run ahead of training its asynchronous trainer, and one line saying what it is (the config's
+``algorithm`` field lists them).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 
 from rlnb.algorithms.checks import choose
 from rlnb.engine.trainers.async_grpo import AsyncGRPOTrainer
+from rlnb.engine.trainers.base import Trainer
 from rlnb.engine.trainers.dpo import DPOTrainer
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.engine.trainers.ppo import PPOTrainer
@@ -22,12 +26,14 @@ from rlnb.engine.trainers.ppo import PPOTrainer
 
 @dataclass(frozen=True)
 class LoopSpec:
-    """One loop: its trainer class, its own config sections (the first one is the loop's
-    ``LoopConfig``) and the trainer used when that section's ``asynchronous`` is true."""
+    """One loop: its trainer class, the config sections it reads (the first one is its loop
+    section: ``LoopConfig``'s keys, or a section with rules of its own), the trainer used when
+    that section's ``asynchronous`` is true, and what it is, in a few words."""
 
     trainer: type
     sections: tuple[str, ...]
     async_trainer: type | None = None
+    about: str = ""
 
 
 def make_trainer(config, **kwargs):
@@ -51,13 +57,56 @@ def should_use_async_rollouts(config) -> bool:
 
 
 def loop_sections() -> dict[str, tuple[str, ...]]:
-    """loop name -> the config sections that belong to it alone."""
+    """loop name -> the config sections it reads (a loop registered on another's section,
+    ``register_loop``, shares them)."""
     return {name: spec.sections for name, spec in LOOPS.items()}
+
+
+def main_section(name: str) -> str:
+    """The loop section of loop ``name`` (the config section holding its sizes and seed)."""
+    return choose(LOOPS, name, "training loop (algorithm)").sections[0]
+
+
+def describe_loops() -> str:
+    """The registered loops, each with what it is: ``'grpo' (GRPO: ...), 'ppo' (...)``."""
+    return ", ".join(f"{name!r} ({spec.about or spec.trainer.__name__})"
+                     for name, spec in LOOPS.items())
+
+
+def register_loop(name: str, trainer: type, sections: tuple[str, ...] | None = None, *,
+                  async_trainer: type | None = None, about: str = "") -> None:
+    """Make ``algorithm: <name>`` build ``trainer``: a ``Trainer`` subclass with its stage
+    methods, ``step``, and what the UI shows of it (``stages``, ``panels``: ``views.py``).
+
+    ``sections`` are the config sections it reads, the first its loop section (default: the
+    trainer's ``loop_section``). A loop in the package adds a ``MasterConfig`` field for a
+    section of its own; a plug-in reads an existing loop's, as a GRPO variant reads ``grpo``
+    (``register_loop("grpo_sign", SignGRPOTrainer)``). ``about``: what it is, in a few words
+    (default: the trainer's name)."""
+    if not (isinstance(trainer, type) and issubclass(trainer, Trainer)):
+        raise TypeError(f"loop {name!r}: a loop's trainer is a Trainer subclass, got {trainer!r}")
+    if trainer.step is Trainer.step:
+        raise TypeError(f"loop {name!r}: {trainer.__name__} does not define step()")
+    sections = tuple(sections) if sections is not None else (trainer.loop_section,)
+    if not sections or sections[0] != trainer.loop_section:
+        raise TypeError(f"loop {name!r}: {trainer.__name__} reads its keys from the "
+                        f"{trainer.loop_section!r} section (loop_section), so the loop's first "
+                        f"section must be it, got {sections}")
+    if async_trainer is not None and not (isinstance(async_trainer, type)
+                                          and issubclass(async_trainer, trainer)):
+        raise TypeError(f"loop {name!r}: the asynchronous trainer is a subclass of "
+                        f"{trainer.__name__}, got {async_trainer!r}")
+    LOOPS[name] = LoopSpec(trainer, sections, async_trainer, about)
 
 
 # the registry (name -> LoopSpec): the config's `algorithm` and its sections are checked here
 LOOPS: dict[str, LoopSpec] = {
-    "grpo": LoopSpec(GRPOTrainer, ("grpo",), async_trainer=AsyncGRPOTrainer),
-    "ppo": LoopSpec(PPOTrainer, ("ppo", "value", "value_loss_fn")),
-    "dpo": LoopSpec(DPOTrainer, ("dpo",)),
+    "grpo": LoopSpec(GRPOTrainer, ("grpo",), async_trainer=AsyncGRPOTrainer,
+                     about="GRPO: group-relative advantages, no critic; asynchronous with "
+                     "grpo.async_grpo.enabled"),
+    "ppo": LoopSpec(PPOTrainer, ("ppo", "value", "value_loss_fn"),
+                    about="PPO: GAE advantages from a learned value model, the critic"),
+    "dpo": LoopSpec(DPOTrainer, ("dpo",),
+                    about="DPO: a preference loss on chosen/rejected pairs against a frozen "
+                    "reference"),
 }

@@ -51,8 +51,9 @@ from rlnb.engine.data.batches import AdvantageBatch, RolloutBatch, StepMetrics, 
 from rlnb.engine.models.value import ValueModel, value_body
 from rlnb.engine.runtime.timing import timer
 from rlnb.engine.trainers.advantage_inputs import filtered_sample_mask, shaped_rewards
-from rlnb.engine.trainers.base import Trainer, expect_batch
+from rlnb.engine.trainers.base import ROLLOUT_STAGE, Trainer, expect_batch
 from rlnb.engine.trainers.loop_config import LoopConfig, registered_estimator
+from rlnb.engine.trainers.views import CLIP_PANEL, KL_PANEL, REWARD_PANEL, Stage
 
 
 class PPOEstimatorConfig(PPOAdvEstimatorConfig):
@@ -138,11 +139,51 @@ class PPOUpdateResult(UpdateResult):
             "train/approx_entropy", "critic/loss", "critic/explained_var")
 
 
+def values_view(values: torch.Tensor, batch: RolloutBatch):
+    """The stepper's view of ``compute_values``: one line and the rollout's table with each
+    response's value of the prompt (V at its first token) and mean value."""
+    tm = batch.token_mask
+    first = tm.argmax(dim=1, keepdim=True)  # [B, 1]: each response's first token
+    frame = batch.to_frame()
+    frame.insert(0, "value of the prompt", values.gather(1, first).squeeze(1).tolist())
+    frame.insert(1, "mean value", ((values * tm).sum(1) / tm.sum(1).clamp(min=1)).tolist())
+    text = (f"values [B, S] = {tuple(values.shape)}: V_t = the critic's value before "
+            f"token t (V_0 = 0); mean over response tokens "
+            f"{float((values * tm).sum() / tm.sum().clamp(min=1)):+.3f}")
+    return text, frame
+
+
 class PPOTrainer(Trainer):
     """Stage-by-stage PPO with a value model: ``PPOTrainer(rlnb.load_config(path))`` with
     ``algorithm: ppo``; the loop, validation and state are the ``Trainer`` base's."""
 
     loop_section = "ppo"
+    # the stepper's buttons (views.py): Rollout -> Values -> Advantages -> Update
+    stages = (
+        ROLLOUT_STAGE,
+        Stage("Values", "the critic's value of every token (no side effects)", "compute_values",
+              keeps="values", takes=("rollout",),
+              needs=(("Rollout", "there is no batch to compute values on"),), view=values_view),
+        Stage("Advantages", "rewards -> per-token advantages (no side effects)",
+              "compute_advantages", keeps="advantages", takes=("rollout", "values"),
+              needs=(("Rollout", "there is no batch to compute advantages on"),
+                     ("Values", "PPO's advantages need the critic's values"))),
+        Stage("Update", lambda t: f"{t.loop_config.ppo_epochs} passes of the critic, then the "
+              "policy", "update", keeps="result", takes=("advantages",),
+              needs=(("Advantages", "Update trains on an AdvantageBatch"),)),
+    )
+    # the dashboard's plots: the critic's value loss and explained variance take the entropy
+    # and length panels' place (the explained variance's fixed axis: rlnb.widgets.panels)
+    panels = (
+        REWARD_PANEL, KL_PANEL,
+        ("value loss (critic)", ("critic/loss",)),
+        ("explained variance (critic)", ("critic/explained_var",)),
+        CLIP_PANEL,
+        ("stage timings (s)", (
+            "timing/train/generation", "timing/train/value_inference",
+            "timing/train/advantage_calculation", "timing/train/value_training",
+            "timing/train/policy_training")),
+    )
 
     def __init__(self, config, *, policy=None, task=None, accelerator=None, critic=None,
                  **user_data):

@@ -19,14 +19,16 @@ Implementation choices:
    tests and notebooks' ``fast`` mode) is a partial config laid over the base before the
    overrides. Its ``grpo`` section shrinks whichever loop the config names (``ppo`` under
    ``algorithm: ppo``).
-5) ``algorithm`` names the training loop (``engine/trainers/loops.py``). Each loop's own sections
-   (``grpo``; ``ppo``, ``value``, ``value_loss_fn``; ``dpo``) exist only under that loop: another
-   loop's section is refused at load time (it would be silently ignored), and the written config
-   leaves out the absent sections and the default ``algorithm: grpo``, so a GRPO run's
-   config.yaml is what it was before PPO existed.
-6) ``imports`` names modules imported before the rest is checked, so a plug-in registered from
-   a module (an estimator, a task, a generation backend: each one file and one registry entry)
-   is as valid in a config file or a ``rlnb train`` override as a built-in one.
+5) ``algorithm`` names the training loop (``engine/trainers/loops.py``; the field's description
+   lists the registered ones). Each loop's own sections (``grpo``; ``ppo``, ``value``,
+   ``value_loss_fn``; ``dpo``) exist only under that loop (and a loop registered on them, as a
+   plug-in's GRPO variant reads ``grpo``): another loop's section is refused at load time (it
+   would be silently ignored), and the written config leaves out the absent sections and the
+   default ``algorithm: grpo``, so a GRPO run's config.yaml is what it was before PPO existed.
+6) ``imports`` names modules imported before the rest is checked (before the preset too, which
+   looks up the loop's section), so a plug-in registered from a module (an estimator, a task, a
+   generation backend, a loop: each one file and one registry entry) is as valid in a config
+   file or a ``rlnb train`` override as a built-in one.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from rlnb.engine.models.value import ValueConfig
 from rlnb.engine.trainers.dpo_config import DPOConfig
 from rlnb.engine.trainers.grpo import GRPOConfig
 from rlnb.engine.trainers.loop_config import OVERRIDE_ALIASES, check_loop_rules
-from rlnb.engine.trainers.loops import LOOPS, loop_sections
+from rlnb.engine.trainers.loops import LOOPS, describe_loops, loop_sections
 from rlnb.engine.trainers.ppo import PPOConfig
 from rlnb.engine.trainers.warm_start import SFTConfig
 from rlnb.run.config.nemo.translate import is_nemo_config, load_nemo_config
@@ -82,8 +84,10 @@ class MasterConfig(Config):
         default_factory=list,
         description="Python modules imported before the rest of the config is checked: a "
         "plug-in's registrations (register_estimator, register_task, "
-        "register_generation_backend), so their names are valid here (choice 6).")
-    algorithm: str = Field("grpo", description="The training loop: 'grpo', 'ppo' or 'dpo'.")
+        "register_generation_backend, register_loop), so their names are valid here (choice 6).")
+    algorithm: str = Field(
+        "grpo", description=f"The training loop: {describe_loops()}; or a loop registered with "
+        "register_loop (engine/trainers/loops.py).")
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     loss_fn: ClippedPGLossConfig = Field(default_factory=ClippedPGLossConfig)
     grpo: GRPOConfig | None = _loop_section(description="GRPO's loop (algorithm: grpo).")
@@ -108,7 +112,12 @@ class MasterConfig(Config):
     @field_validator("algorithm")
     @classmethod
     def _known_loop(cls, name: str) -> str:
-        choose(LOOPS, name, "training loop (algorithm)")
+        spec = choose(LOOPS, name, "training loop (algorithm)")
+        missing = [s for s in spec.sections if s not in cls.model_fields]
+        if missing:  # a plug-in's loop reads an existing loop's sections (register_loop)
+            raise ValueError(f"loop {name!r} reads the sections {missing}, which the config "
+                             f"does not have (a loop of its own section adds a MasterConfig "
+                             f"field; a plug-in reads an existing loop's)")
         return name
 
     @field_validator(*(s for sections in loop_sections().values() for s in sections),
@@ -116,13 +125,20 @@ class MasterConfig(Config):
     @classmethod
     def _only_the_loops_own_sections(cls, data, info: ValidationInfo):
         algorithm = info.data.get("algorithm")
-        owner = next(a for a, sections in loop_sections().items() if info.field_name in sections)
-        if algorithm == owner:
+        owners = [a for a, sections in loop_sections().items() if info.field_name in sections]
+        if algorithm in owners:
             return {} if data is None else data
         if data and algorithm is not None:  # (an empty section is as good as none)
-            raise ValueError(f"a section of algorithm '{owner}', but algorithm is '{algorithm}' "
-                             f"(it would be ignored): remove it, or set algorithm: {owner}")
+            raise ValueError(f"a section of algorithm '{owners[0]}', but algorithm is "
+                             f"'{algorithm}' (it would be ignored): remove it, or set "
+                             f"algorithm: {owners[0]}")
         return None
+
+    @property
+    def loop_config(self):
+        """The loop's own section (``grpo``, ``ppo``, ``dpo``): the first of the sections its
+        algorithm reads (``loops.py``; a loop registered on GRPO's section reads ``grpo``)."""
+        return getattr(self, LOOPS[self.algorithm].sections[0])
 
     @model_validator(mode="after")
     def _sections_agree(self) -> MasterConfig:
@@ -206,16 +222,18 @@ def load_config(
         data = load_nemo_config(data if isinstance(source, Mapping) else source, overrides,
                                 ignore_unsupported=ignore_unsupported)
         overrides = ()
+    folder = Path(source).parent if isinstance(source, (str, Path)) else None
+    # a plug-in's loop is registered before the preset looks up its section
+    import_plugins(_top_level(data, overrides, "imports", None), folder)
     if preset is not None:
         over = read_yaml(preset_path(preset))
-        algorithm = _algorithm(data, overrides)
-        if algorithm != "grpo" and "grpo" in over:  # choice 4: a preset shrinks any loop
-            over = {**over, algorithm: _merge(over.get(algorithm) or {}, over["grpo"])}
+        spec = LOOPS.get(_top_level(data, overrides, "algorithm", "grpo"))
+        section = spec.sections[0] if spec else "grpo"  # (an unknown loop: refused below)
+        if section != "grpo" and "grpo" in over:  # choice 4: a preset shrinks any loop
+            over = {**over, section: _merge(over.get(section) or {}, over["grpo"])}
             del over["grpo"]
         data = _merge(data, over)
     data = apply_overrides(data, overrides, OVERRIDE_ALIASES)
-    folder = Path(source).parent if isinstance(source, (str, Path)) else None
-    import_plugins(data.get("imports"), folder)
     if data.get("reward_funcs"):  # their modules import from here too, when the task is built
         search_paths(folder)
     unknown = [k for k in data if k not in MasterConfig.model_fields]
@@ -250,14 +268,15 @@ def search_paths(folder: Path | None = None) -> None:
             sys.path.append(str(where))
 
 
-def _algorithm(data: dict, overrides: Sequence[str]) -> str:
-    """The loop a config will name once ``overrides`` are applied (the last override wins)."""
-    name = data.get("algorithm", "grpo")
+def _top_level(data: dict, overrides: Sequence[str], key: str, default):
+    """The value of top-level ``key`` once ``overrides`` are applied (the last override wins):
+    the loop a config will name (``algorithm``), the plug-ins it imports (``imports``)."""
+    value = data.get(key, default)
     for item in overrides if not isinstance(overrides, str) else ():
-        path, value = parse_override(item)
-        if path == ["algorithm"]:
-            name = value
-    return name
+        path, parsed = parse_override(item)
+        if path == [key]:
+            value = parsed
+    return value
 
 
 def packaged_config(name: str) -> Path:
