@@ -1,5 +1,6 @@
 """Built-in tasks: exact rewards, held-out validation, determinism, MathTask on local files, configs."""
 
+import inspect
 import json
 import os
 import subprocess
@@ -9,7 +10,10 @@ import threading
 import pandas as pd
 import pytest
 import torch
+import yaml
+from paths import ROOT
 
+import rlnb
 from rlnb.config import parse_config
 from rlnb.engine.environments.base import check_rewards
 from rlnb.engine.environments.math_task import extract_reference
@@ -23,7 +27,10 @@ from rlnb.engine.environments.tasks import (
     build_task,
     format_prompt,
     make_task,
+    register_task,
+    task_arguments,
 )
+from rlnb.run.config.master_config import dump_config
 
 GSM8K_ROWS = [
     {"question": "Natalia sold 48 clips in April and half as many in May. How many in total?",
@@ -257,8 +264,91 @@ def test_task_config(tmp_path):
         parse_config(TaskConfig, {"max_opernd": 3}, "task")
     with pytest.raises(ValueError, match=r"task.name: unknown task 'mathh'"):
         parse_config(TaskConfig, {"name": "mathh"}, "task")
-    with pytest.raises(ValueError, match="math task needs dataset_name"):
+    with pytest.raises(ValueError, match="task.dataset_name: the math task needs dataset_name"):
         build_task({"name": "math"})
     with pytest.raises(ValueError, match=r"task.num_val: .*greater than or equal to 1"):
         build_task({"num_val": 0})
     assert all(f.description for f in TaskConfig.model_fields.values())
+
+
+def test_each_task_owns_its_settings():
+    """A task's Settings are exactly its constructor's keywords, with its defaults, described."""
+    for name, cls in TASKS.items():
+        fields, params = cls.Settings.model_fields, inspect.signature(cls).parameters
+        assert list(fields) and set(fields) == set(params), name
+        for key, field in fields.items():
+            assert field.description, f"{name}: data.{key} has no description"
+            if params[key].default is not params[key].empty:
+                assert field.default == params[key].default, (name, key)
+        register_task(name, cls)  # each passes the checks a plug-in's registration runs
+    assert list(TASKS) == ["addition", "reverse", "addition_think", "math", "dataset"]
+    # the same data section, read by two tasks: each gets its own keys, defaults filled in
+    think = rlnb.load_config(None, ["data.name=addition_think", "data.max_operand=9"]).data
+    assert task_arguments(think) == {"num_val": 200, "seed": 0, "max_operand": 9, "max_filler": 4}
+    rev = rlnb.load_config(None, ["data.name=reverse", "data.min_len=2"]).data
+    assert task_arguments(rev) == {"num_val": 200, "seed": 0, "min_len": 2, "max_len": 6}
+    assert (rev.min_len, rev.max_len) == (2, 6)  # read as data.min_len, as before
+
+
+def one_line_error(overrides) -> str:
+    with pytest.raises(ValueError) as err:
+        rlnb.load_config(None, overrides)
+    head, *lines = str(err.value).splitlines()
+    assert head == "invalid config:" and len(lines) == 1, str(err.value)
+    return lines[0].strip()
+
+
+def test_a_key_the_task_does_not_own_is_refused_in_one_line():
+    assert one_line_error(["data.name=reverse", "data.max_operand=3"]) == (
+        "data.max_operand: task 'reverse' has no such setting ('addition' and 'addition_think' "
+        "have it); it takes max_len, min_len, num_val, seed, correct_reward, correct_threshold "
+        "(got 3)")
+    assert one_line_error(["data.max_filler=2"]) == (
+        "data.max_filler: task 'addition' has no such setting ('addition_think' has it); it "
+        "takes max_operand, num_val, seed, correct_reward, correct_threshold (got 2)")
+    assert one_line_error(["data.max_opernd=3"]).startswith(
+        "data.max_opernd: unknown key; did you mean 'max_operand'? task 'addition' takes ")
+    # a bad value names its dotted key; a task's own rule lives in its Settings
+    assert one_line_error(["data.name=reverse", "data.min_len=abc"]).startswith(
+        "data.min_len: Input should be a valid integer")
+    assert one_line_error(["data.name=reverse", "data.min_len=5", "data.max_len=3"]) == (
+        "data.max_len: must be >= min_len (5) (got 3)")
+    assert one_line_error(["data.name=math"]).startswith(
+        "data.dataset_name: the math task needs dataset_name")
+    assert one_line_error(["data.name=dataset", "data.val_fraction=1.5"]).startswith(
+        "data.val_fraction: Input should be less than 1")
+
+
+def test_a_config_dumped_when_data_held_every_tasks_keys_still_loads(tmp_path):
+    """Run directories written before tasks owned their settings dumped every key of the data
+    section (at its default where the task did not read it); resume reads them back."""
+    old = {"name": "addition", "max_operand": 20, "max_filler": 4, "min_len": 3, "max_len": 6,
+           "dataset_name": None, "dataset_config": None, "path": None, "split": "train",
+           "val_split": None, "prompt_key": "question", "answer_key": "answer", "num_val": 16,
+           "val_fraction": None, "seed": 3, "correct_reward": None, "correct_threshold": 1.0}
+    config = rlnb.load_config({"data": old})
+    assert task_arguments(config.data) == {"num_val": 16, "seed": 3, "max_operand": 20}
+    dumped = yaml.safe_load(dump_config(config))["data"]
+    assert dumped == {"name": "addition", "num_val": 16, "seed": 3, "max_operand": 20,
+                      "correct_reward": None, "correct_threshold": 1.0}
+    assert rlnb.load_config(yaml.safe_load(dump_config(config))) == config
+    path = write_jsonl(tmp_path / "gsm.jsonl", GSM8K_ROWS)
+    math = rlnb.load_config({"data": {**old, "name": "math", "max_operand": 50,
+                                      "dataset_name": path, "num_val": 2}}).data
+    assert task_arguments(math)["prompt_key"] == "question" and math.dataset_name == path
+    assert len(build_task(math).val_rows()) == 2
+    # a dumped config with data.name overridden: the other task's defaults are dropped
+    rev = rlnb.load_config(yaml.safe_load(dump_config(rlnb.load_config(None))),
+                           ["data.name=reverse"]).data
+    assert task_arguments(rev) == {"num_val": 200, "seed": 0, "min_len": 3, "max_len": 6}
+
+
+def test_the_guide_lists_each_tasks_settings():
+    """docs/guide.md's table of the data section says which task owns which setting."""
+    text = (ROOT / "docs" / "guide.md").read_text()
+    table = text.split("| task (`data.name`) | its settings |")[1].split("\n\n")[0]
+    rows = [line.split("|")[1:3] for line in table.splitlines()[2:]]
+    listed = {name.strip(" `"): [k.strip(" `") for k in keys.split(",")] for name, keys in rows}
+    assert list(listed) == list(TASKS)
+    assert {n: set(keys) for n, keys in listed.items()} == {
+        n: set(cls.Settings.model_fields) for n, cls in TASKS.items()}

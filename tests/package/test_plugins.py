@@ -1,7 +1,8 @@
 """A new estimator, task, generation backend and training loop, each one file plus one registry
 entry, written outside the package as a user would: they train through load_config overrides and
-`rlnb train`, the config panel and the counterfactual comparison list the new estimator, and the
-stepper and the dashboard show the new loop's own stages and panels."""
+`rlnb train`, the config panel and the counterfactual comparison list the new estimator, the
+stepper and the dashboard show the new loop's own stages and panels, and a task with a setting
+of its own is configured in the data section like a built-in one."""
 
 import json
 import subprocess
@@ -10,14 +11,17 @@ import textwrap
 
 import pytest
 import torch
+import yaml
 from tiny_config import TINY
 
 import rlnb
 from rlnb.algorithms.estimators import ADVANTAGE_ESTIMATORS
-from rlnb.engine.environments.tasks import TASKS
+from rlnb.engine.environments.base import Task, TaskSettings
+from rlnb.engine.environments.tasks import TASKS, register_task
 from rlnb.engine.inspection.counterfactual import compare_estimators
 from rlnb.engine.models.generation import GENERATION_BACKENDS
 from rlnb.engine.trainers.loops import LOOPS
+from rlnb.run.config.master_config import dump_config, packaged_config
 
 PLUGIN = textwrap.dedent('''
     """A user's plug-ins: each is a class plus one registry call."""
@@ -131,12 +135,56 @@ LOOP_PLUGIN = textwrap.dedent('''
 ''')
 
 
+KNOB_PLUGIN = textwrap.dedent('''
+    """A user's task with a setting of its own: its Settings, declared next to it."""
+    import itertools
+    import random
+
+    from pydantic import Field
+
+    from rlnb.engine.environments.base import Rewards, Task, TaskSettings
+    from rlnb.engine.environments.tasks import register_task
+
+
+    class WordsTask(Task):
+        """"abc=" -> "abc": copy a word of `width` letters from a, b, c."""
+
+        name = "words"
+
+        class Settings(TaskSettings):
+            width: int = Field(2, ge=2, le=4, description="letters per word")
+
+        def __init__(self, width=2, num_val=16, seed=0):
+            self.width = width
+            words = ["".join(w) for w in itertools.product("abc", repeat=width)]
+            random.Random(f"words/{seed}").shuffle(words)
+            held = min(num_val, 4)
+            self.val = [{"prompt": w + "=", "answer": w} for w in words[:held]]
+            self.train = [{"prompt": w + "=", "answer": w} for w in words[held:]]
+
+        def train_rows(self, n, seed=0):
+            rng = random.Random(f"words/train/{seed}")
+            return [dict(rng.choice(self.train)) for _ in range(n)]
+
+        def val_rows(self, n=None):
+            return [dict(r) for r in self.val[:n]]
+
+        def score(self, prompts, responses, rows):
+            ok = [float(r.strip() == row["answer"]) for r, row in zip(responses, rows)]
+            return Rewards(total=ok, components={"correct": ok})
+
+
+    register_task("words", WordsTask)
+''')
+
+
 @pytest.fixture()
 def plugin(tmp_path, monkeypatch):
     """The plug-in module in a folder of its own, found as a user's module is (the working
     directory); the registries are restored afterwards."""
     (tmp_path / "my_plugins.py").write_text(PLUGIN)
     (tmp_path / "my_loops.py").write_text(LOOP_PLUGIN)
+    (tmp_path / "knob_plugins.py").write_text(KNOB_PLUGIN)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RLNB_CACHE_DIR", str(tmp_path / "cache"))
     registries = (ADVANTAGE_ESTIMATORS, TASKS, GENERATION_BACKENDS, LOOPS)
@@ -147,6 +195,7 @@ def plugin(tmp_path, monkeypatch):
         registry.update(before)
     sys.modules.pop("my_plugins", None)
     sys.modules.pop("my_loops", None)
+    sys.modules.pop("knob_plugins", None)
 
 
 def test_without_the_import_the_names_are_refused(plugin):
@@ -297,14 +346,68 @@ def test_a_loop_whose_stages_do_not_fit_is_refused_when_defined():
     assert "x" not in LOOPS
 
 
+def test_a_plugin_task_with_a_setting_of_its_own(plugin):
+    """`imports:` registers the task and its Settings: data.width is checked with its type,
+    refused naming its dotted key, and reaches the task; one step trains on its rows."""
+    config_file = plugin / "words.yaml"
+    config_file.write_text(yaml.safe_dump({
+        **yaml.safe_load(packaged_config("tiny").read_text()), "imports": ["knob_plugins"],
+        "data": {"name": "words", "width": 3}}))
+    config = rlnb.load_config(config_file, TINY, preset="fast")
+    assert (config.data.width, config.data.num_val) == (3, 16)
+    trainer = rlnb.GRPOTrainer(config)
+    assert type(trainer.task).__name__ == "WordsTask" and trainer.task.width == 3
+    batch = trainer.rollout()
+    assert all(len(r["prompt"]) == 4 for r in batch.rows)  # three letters and "="
+    assert trainer.update(trainer.compute_advantages(batch)).step == 1
+    # the run's config.yaml keeps the setting, flat, and reads back as the same config
+    saved = yaml.safe_load(dump_config(config))
+    assert saved["data"] == {"name": "words", "num_val": 16, "seed": 0, "width": 3,
+                             "correct_reward": None, "correct_threshold": 1.0}
+    assert rlnb.load_config(saved) == config
+    for override, line in [
+            ("data.width=abc", "data.width: Input should be a valid integer, unable to parse "
+                               "string as an integer (got 'abc')"),
+            ("data.width=9", "data.width: Input should be less than or equal to 4 (got 9)"),
+            ("data.widht=3", "data.widht: unknown key; did you mean 'width'? task 'words' takes "
+                             "num_val, seed, width, correct_reward, correct_threshold (got 3)"),
+            ("data.max_operand=3", "data.max_operand: task 'words' has no such setting "
+                                   "('addition' and 'addition_think' have it); it takes num_val, "
+                                   "seed, width, correct_reward, correct_threshold (got 3)")]:
+        with pytest.raises(ValueError) as err:
+            rlnb.load_config(config_file, [override])
+        assert str(err.value).splitlines() == ["invalid config:", f"  {line}"]
+    # unset, the setting is its Settings' default
+    assert rlnb.load_config({"imports": ["knob_plugins"], "data": {"name": "words"}}).data.width == 2
+
+
 def test_registering_something_that_is_not_one_is_refused():
     with pytest.raises(TypeError, match="no compute_advantage"):
         rlnb.register_estimator("x", object)
     with pytest.raises(TypeError, match="Task subclass"):
-        from rlnb.engine.environments.tasks import register_task
-
         register_task("x", dict)
     with pytest.raises(TypeError, match="GenerationBackend subclass"):
         from rlnb.engine.models.generation import register_generation_backend
 
         register_generation_backend("x", dict)
+
+    class Unread(Task):
+        class Settings(TaskSettings):
+            width: int = 2
+
+        def __init__(self, num_val=16, seed=0):
+            pass
+
+    with pytest.raises(TypeError, match=r"constructor takes no \['width'\], which its Settings"):
+        register_task("x", Unread)
+
+    class Clash(Task):
+        class Settings(TaskSettings):
+            correct_reward: str | None = None
+
+        def __init__(self, correct_reward=None, num_val=16, seed=0):
+            pass
+
+    with pytest.raises(TypeError, match=r"declares \['correct_reward'\], which the data section"):
+        register_task("x", Clash)
+    assert "x" not in TASKS

@@ -22,7 +22,7 @@ import rlnb
 from rlnb.algorithms.estimators import estimator_names
 from rlnb.algorithms.importance_sampling import TRUNCATED_IS_TYPES
 from rlnb.algorithms.kl import KL_ESTIMATORS
-from rlnb.engine.environments.tasks import TASKS
+from rlnb.engine.environments.tasks import TASKS, TaskConfig
 from rlnb.engine.models.generation import GENERATION_BACKENDS
 from rlnb.run.config.master_config import MasterConfig, packaged_config
 
@@ -195,6 +195,14 @@ def leaves(model: type[BaseModel], prefix: str = "") -> list[tuple[str, Any, Any
             out += leaves(sub, key + ".")
         else:
             out.append((key, ann, field.default))
+    if model is TaskConfig:  # data: beside its name, flat, the settings of every task
+        keys = {key for key, _, _ in out}
+        for cls in TASKS.values():
+            for key, (ann, default) in {f"{prefix}{k}": (f.annotation, f.default) for k, f
+                                        in cls.Settings.model_fields.items()}.items():
+                if key not in keys:
+                    keys.add(key)
+                    out.append((key, ann, default))
     return out
 
 

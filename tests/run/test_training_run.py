@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+import yaml
 from tiny_config import TINY
 
 from rlnb.run.training.session import TrainingRun
@@ -105,6 +106,25 @@ def test_resume_with_a_different_config_is_refused(tmp_path):
                     resume=True, progress=False, log=lambda *a: None)
     with pytest.raises(ValueError, match="not a run directory"):
         TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "nothing", resume=True, progress=False)
+
+
+def test_a_run_dir_saved_when_data_held_every_tasks_keys_resumes(tmp_path):
+    """An older rlnb's config.yaml held every task's keys in data (at their defaults where the
+    task did not read them): the run resumes from it, and the record is rewritten as read."""
+    quiet = {"progress": False, "log": lambda *a: None}
+    TrainingRun(None, overrides=[*SMALL, "sft.enabled=false"], run_dir=tmp_path / "r",
+                **quiet).train(2)
+    path = tmp_path / "r" / "config.yaml"
+    saved = yaml.safe_load(path.read_text())
+    assert "min_len" not in saved["data"]  # written now: the task's own settings only
+    old = {"max_filler": 4, "min_len": 3, "max_len": 6, "dataset_name": None,
+           "dataset_config": None, "path": None, "split": "train", "val_split": None,
+           "prompt_key": "question", "answer_key": "answer", "val_fraction": None}
+    path.write_text(yaml.safe_dump({**saved, "data": {**old, **saved["data"]}}))
+    resumed = TrainingRun(None, run_dir=tmp_path / "r", resume=True, **quiet)
+    assert resumed.trainer.step_count == 2 and resumed.config.data.max_operand == 50
+    assert [m.step for m in resumed.steps(1)] == [3]
+    assert yaml.safe_load(path.read_text())["data"] == saved["data"]
 
 
 def test_failed_start_leaves_no_run_directory(tmp_path):

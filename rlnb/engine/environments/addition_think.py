@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import random
 
+from pydantic import Field
+
 from rlnb.engine.environments.base import Rewards
 from rlnb.engine.environments.generated import AdditionTask
 
@@ -22,6 +24,13 @@ class AdditionThinkTask(AdditionTask):
 
     name = "addition_think"
     FILLER = "."
+
+    class Settings(AdditionTask.Settings):
+        """``data.name: addition_think``'s settings: addition's and ``max_filler``."""
+
+        max_filler: int = Field(
+            4, ge=0, description="longest filler ('.' run) in the warm start's demonstrations "
+            "(the reward accepts any length)")
 
     def __init__(self, max_operand: int = 50, max_filler: int = 4, num_val: int = 200,
                  seed: int = 0):

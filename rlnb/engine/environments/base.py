@@ -20,6 +20,10 @@ Implementation choices:
 4) Multi-turn follows NeMo-RL's ``run_multi_turn_rollout``: the caller passes only the rows that
    are still running, appends each observation as the next user turn, and sums the per-turn
    rewards of a row into its episode reward; ``correct`` is taken from the row's last step.
+5) A task owns its settings: its ``Settings`` class attribute, a pydantic model (``TaskSettings``,
+   the held-out rows every built-in task has, or a subclass with the task's own keys), whose
+   fields are the ``data`` keys it reads beside ``data.name``, each handed to its constructor by
+   name (``tasks.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import torch
+from pydantic import Field
+
+from rlnb.config import Config
 
 
 @dataclass
@@ -159,10 +166,20 @@ class Environment(ABC):
         return StepResult(rewards=rewards, done=[True] * len(rows), observations=[None] * len(rows))
 
 
+class TaskSettings(Config):
+    """The ``data`` settings of a task (choice 5): these two, how many rows are held out and
+    which, are every built-in task's; a task with keys of its own subclasses this."""
+
+    num_val: int = Field(200, ge=1, description="number of held-out validation rows")
+    seed: int = Field(0, description="chooses the held-out validation problems")
+
+
 class Task(Environment):
-    """An environment that also provides its rows: ``train_rows`` and held-out ``val_rows``."""
+    """An environment that also provides its rows: ``train_rows`` and held-out ``val_rows``.
+    ``Settings`` are the ``data`` keys its constructor takes (choice 5)."""
 
     name = "task"
+    Settings: type[Config] = TaskSettings
 
     @abstractmethod
     def train_rows(self, n: int, seed: int = 0) -> list[dict]:

@@ -25,8 +25,9 @@ import re
 from abc import abstractmethod
 
 import torch
+from pydantic import Field
 
-from rlnb.engine.environments.base import Rewards, Task, check_batch, take_rows
+from rlnb.engine.environments.base import Rewards, Task, TaskSettings, check_batch, take_rows
 
 
 class GeneratedTask(Task):
@@ -91,6 +92,11 @@ class AdditionTask(GeneratedTask):
     problems (2601 at the default), ``num_val`` of them held out."""
 
     name = "addition"
+
+    class Settings(TaskSettings):
+        """``data.name: addition``'s settings."""
+
+        max_operand: int = Field(50, ge=1, description="operands are 0..max_operand")
 
     def __init__(self, max_operand: int = 50, num_val: int = 200, seed: int = 0):
         if max_operand < 1:

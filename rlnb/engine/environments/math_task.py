@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import Field, field_validator
 
-from rlnb.engine.environments.base import Rewards, Task, check_batch, take_rows
+from rlnb.engine.environments.base import Rewards, Task, TaskSettings, check_batch, take_rows
 
 LOCAL_SUFFIXES = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
-
-
 
 
 def extract_reference(answer: Any) -> str:
@@ -106,12 +105,34 @@ class MathTask(Task):
         split: the hub split to train on; unused for local files.
         val_split: validation rows: a hub split name, or a second local file. ``None`` holds out
             ``num_val`` rows of the training data (chosen by ``seed``).
-        prompt_key, answer_key: the columns with the question and the reference answer.
+        prompt_key, answer_key: the columns with the question (None: ``"question"``) and the
+            reference answer.
         num_val: how many validation rows.
         seed: which rows are held out when ``val_split`` is ``None``.
     """
 
     name = "math"
+
+    class Settings(TaskSettings):
+        """``data.name: math``'s settings."""
+
+        dataset_name: str | None = Field(
+            None, validate_default=True,
+            description="hub name ('openai/gsm8k') or local .json/.jsonl/.parquet file")
+        dataset_config: str | None = Field(None, description="hub config ('main' for GSM8K)")
+        split: str = Field("train", description="hub split to train on")
+        val_split: str | None = Field(
+            None, description="validation split or file; None holds out num_val train rows")
+        prompt_key: str | None = Field(
+            None, description="the column with the prompt (None: 'question')")
+        answer_key: str = Field("answer", description="column with the reference answer")
+
+        @field_validator("dataset_name")
+        @classmethod
+        def _given(cls, v: str | None) -> str | None:
+            if v is None:
+                raise ValueError("the math task needs dataset_name (a hub name or a local file)")
+            return v
 
     def __init__(
         self,
@@ -119,14 +140,14 @@ class MathTask(Task):
         dataset_config: str | None = None,
         split: str = "train",
         val_split: str | None = None,
-        prompt_key: str = "question",
+        prompt_key: str | None = None,
         answer_key: str = "answer",
         num_val: int = 200,
         seed: int = 0,
     ):
         if num_val < 1:
             raise ValueError(f"task 'math': num_val must be >= 1, got {num_val}")
-        self.prompt_key, self.answer_key = prompt_key, answer_key
+        self.prompt_key, self.answer_key = prompt_key or "question", answer_key
         rows = self._rows(load_rows(dataset_name, dataset_config, split), dataset_name)
         if val_split is None:
             if num_val >= len(rows):

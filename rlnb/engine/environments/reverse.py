@@ -8,6 +8,9 @@ import random
 import re
 import string
 
+from pydantic import Field, ValidationInfo, field_validator
+
+from rlnb.engine.environments.base import TaskSettings
 from rlnb.engine.environments.generated import GeneratedTask
 
 
@@ -16,6 +19,20 @@ class ReverseTask(GeneratedTask):
     is uniform, then the letters), ``num_val`` distinct words held out."""
 
     name = "reverse"
+
+    class Settings(TaskSettings):
+        """``data.name: reverse``'s settings."""
+
+        min_len: int = Field(3, ge=1, description="shortest word")
+        max_len: int = Field(6, ge=1, description="longest word")
+
+        @field_validator("max_len")
+        @classmethod
+        def _not_below_min_len(cls, v: int, info: ValidationInfo) -> int:
+            low = info.data.get("min_len")
+            if low is not None and v < low:
+                raise ValueError(f"must be >= min_len ({low})")
+            return v
 
     def __init__(self, min_len: int = 3, max_len: int = 6, num_val: int = 200, seed: int = 0):
         if not 1 <= min_len <= max_len:

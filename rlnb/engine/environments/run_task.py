@@ -20,15 +20,13 @@ Implementation choices:
 
 from __future__ import annotations
 
-import inspect
-
 from pydantic import ValidationError
 
 from rlnb.config import format_validation_error
 from rlnb.engine.environments.base import Task
 from rlnb.engine.environments.reward_funcs import RewardFuncConfig, reward_func_list
 from rlnb.engine.environments.reward_task import RewardFuncsTask
-from rlnb.engine.environments.tasks import REWARD_FIELDS, TaskConfig, build_task, task_arguments
+from rlnb.engine.environments.tasks import TaskConfig, build_task, task_arguments
 from rlnb.engine.environments.user_data import DatasetTask
 
 
@@ -61,10 +59,11 @@ def with_user_data(config, *, reward_funcs=None, reward_weights=None, train_data
             funcs = reward_func_list(reward_funcs, reward_weights)
             config.reward_funcs = [RewardFuncConfig(func=f.ref, weight=f.weight, name=f.name)
                                    for f in funcs]
-        if train_dataset is not None:  # the data set's fields carry over, a path does not
-            takes = set(inspect.signature(DatasetTask).parameters) | set(REWARD_FIELDS)
-            kept = {k: getattr(config.data, k) for k in config.data.model_fields_set
-                    if k in takes and k != "path"}
+        if train_dataset is not None:  # the data set's settings carry over, a path does not
+            takes = {*DatasetTask.Settings.model_fields, *TaskConfig.model_fields}
+            values = config.data.model_dump()
+            kept = {k: values[k] for k in config.data.model_fields_set
+                    if k in takes and k in values and k not in ("name", "path")}
             config.data = TaskConfig(name="dataset", **kept)
     except ValidationError as err:
         raise ValueError(format_validation_error(err, type(config), "")) from None
@@ -79,7 +78,8 @@ def build_run_task(config, tokenizer=None, *, reward_funcs=None, reward_weights=
     data = config.data
     funcs = user_funcs(config, reward_funcs, reward_weights)
     if train_dataset is not None:
-        rows = DatasetTask.from_data(train_dataset, eval_dataset, **task_arguments(data))
+        settings = {k: v for k, v in task_arguments(data).items() if k != "path"}
+        rows = DatasetTask.from_data(train_dataset, eval_dataset, **settings)
     else:
         rows = build_task(data)
     if funcs is None:

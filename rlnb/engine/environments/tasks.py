@@ -9,16 +9,39 @@ default, ``generated.py``), ``reverse`` (``"rev abc="`` -> ``"cba"``, ``reverse.
 for Dr. GRPO's length-bias study, ``addition_think.py``), ``math`` (GSM8K-style rows from a hub
 data set or a local file, scored with ``math_verify``, ``math_task.py``) and ``dataset`` (a user's
 rows in TRL's format, scored by the run's ``reward_funcs``, ``user_data.py``). ``register_task``
-adds one of a user's; each task reads the ``data`` fields its constructor takes, and a field set
-for a task that does not read it is refused. A prompt is text, or chat messages that go through
-the tokenizer's own chat template.
+adds one of a user's. A prompt is text, or chat messages that go through the tokenizer's own chat
+template.
+
+Implementation choices:
+1) A task owns its settings: its ``Settings`` model (``base.TaskSettings``: ``num_val``, ``seed``;
+   a task with keys of its own subclasses it, next to the task). ``data`` holds ``name``, what
+   the run's reward functions count as correct (``correct_reward``, ``correct_threshold``: they
+   score any task's rows) and, flat beside them, the chosen task's settings: users write
+   ``data: {name: reverse, min_len: 2}`` and ``data.min_len=2``. A setting is checked with its
+   type and rules (``data.min_len: ...``), and handed to the task's constructor by name.
+2) A key the chosen task does not own is refused in one line naming ``data.<key>``, the task and
+   the keys it takes, except another task's setting at that task's default: a config dumped
+   when ``data`` held every task's keys (run directories of older versions), or one whose
+   ``data.name`` is overridden, sets those; they are dropped.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
+from difflib import get_close_matches
+from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from rlnb.algorithms.checks import choose
 from rlnb.config import Config, parse_config
@@ -30,12 +53,8 @@ from rlnb.engine.environments.prompts import format_prompt  # noqa: F401 (its ol
 from rlnb.engine.environments.reverse import ReverseTask
 from rlnb.engine.environments.user_data import DatasetTask
 
-# --------------------------------------------------------------------------------------------
-# prompts, the registry and the config
-
-
-# the registry (name -> Task class): ``data.name`` picks one; each reads the ``data`` fields its
-# constructor takes
+# the registry (name -> Task class): ``data.name`` picks one; its ``Settings`` are the ``data``
+# keys it reads (choice 1)
 TASKS: dict[str, type[Task]] = {
     "addition": AdditionTask,
     "reverse": ReverseTask,
@@ -43,19 +62,35 @@ TASKS: dict[str, type[Task]] = {
     "math": MathTask,
     "dataset": DatasetTask,
 }
-# data fields of the run's reward functions (reward_task.py), read whatever task gives the rows
-REWARD_FIELDS = ("correct_reward", "correct_threshold")
 
 
 def register_task(name: str, cls: type[Task]) -> None:
-    """Make ``data.name: <name>`` build ``cls``: a ``Task`` subclass whose constructor takes
-    keyword arguments named like ``data`` fields (``num_val``, ``seed``, ...)."""
+    """Make ``data.name: <name>`` build ``cls``: a ``Task`` subclass whose ``Settings`` (a pydantic
+    model; ``base.TaskSettings`` unless it declares its own) are the ``data`` keys it reads, each
+    taken by its constructor by name."""
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise TypeError(f"task {name!r}: a task is a Task subclass, got {cls!r}")
-    unknown = [k for k in inspect.signature(cls).parameters if k not in TaskConfig.model_fields]
-    if unknown:
-        raise TypeError(f"task {name!r}: {cls.__name__}'s constructor takes {unknown}, which are "
-                        f"not data fields (the data section has {sorted(TaskConfig.model_fields)})")
+    settings = getattr(cls, "Settings", None)
+    if not (isinstance(settings, type) and issubclass(settings, BaseModel)):
+        raise TypeError(f"task {name!r}: {cls.__name__}.Settings must be a pydantic model (a "
+                        f"subclass of TaskSettings), got {settings!r}")
+    fields = settings.model_fields
+    clash = [k for k in fields if k in TaskConfig.model_fields]
+    if clash:
+        raise TypeError(f"task {name!r}: {cls.__name__}.Settings declares {clash}, which the "
+                        f"data section holds for every task")
+    params = inspect.signature(cls).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        missing = [k for k in fields if k not in params]
+        if missing:
+            raise TypeError(f"task {name!r}: {cls.__name__}'s constructor takes no {missing}, "
+                            f"which its Settings declare; take them by name, or declare "
+                            f"Settings without them")
+    required = [k for k, p in params.items() if p.default is p.empty and k not in fields
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if required:
+        raise TypeError(f"task {name!r}: {cls.__name__}'s constructor requires {required}, which "
+                        f"its Settings do not declare")
     TASKS[name] = cls
 
 
@@ -70,39 +105,14 @@ def make_task(name: str, **kwargs) -> Task:
 
 
 class TaskConfig(Config):
-    """Which task to train on; each task reads only the fields its constructor takes."""
+    """``data``: the task, what the run's reward functions count as correct, and, flat beside
+    them, the task's own settings (its ``Settings``, choice 1)."""
+
+    # the chosen task's settings arrive as extra keys: ``_task_settings`` checks them
+    model_config = ConfigDict(extra="allow")
 
     name: str = Field("addition", description=f"task, one of {list(TASKS)} or a registered one "
-                      "(register_task)")
-    max_operand: int = Field(50, ge=1, description="addition: operands are 0..max_operand")
-    max_filler: int = Field(
-        4, ge=0, description="addition_think: longest filler ('.' run) in the warm start's "
-        "demonstrations (the reward accepts any length)")
-    min_len: int = Field(3, ge=1, description="reverse: shortest word")
-    max_len: int = Field(6, ge=1, description="reverse: longest word")
-    dataset_name: str | None = Field(
-        None, description="math: hub name ('openai/gsm8k') or local .json/.jsonl/.parquet file"
-    )
-    dataset_config: str | None = Field(None, description="math: hub config ('main' for GSM8K)")
-    path: str | None = Field(
-        None, description="dataset: a .jsonl/.json/.parquet/.csv file or a save_to_disk folder "
-        "with a 'prompt' column (text or chat messages); the other columns reach the reward "
-        "functions")
-    split: str = Field("train", description="math: hub split to train on; dataset: the split "
-                       "of a DatasetDict to train on")
-    val_split: str | None = Field(
-        None, description="math, dataset: validation split or file; None holds out num_val "
-        "train rows")
-    prompt_key: str | None = Field(
-        None, description="math, dataset: the column with the prompt (default: math 'question', "
-        "dataset 'prompt')")
-    answer_key: str = Field("answer", description="math: column with the reference answer; "
-                            "dataset: column with the demonstration the warm start trains on")
-    num_val: int = Field(200, ge=1, description="number of held-out validation rows")
-    val_fraction: float | None = Field(
-        None, gt=0, lt=1, description="dataset: hold out this share of the rows instead of "
-        "num_val")
-    seed: int = Field(0, description="chooses the held-out validation problems")
+                      "(register_task); the other data keys are its settings")
     correct_reward: str | None = Field(
         None, description="with reward_funcs: the reward function whose score defines a "
         "correct response (or 'total', the weighted sum), for accuracy metrics; None: no "
@@ -120,27 +130,58 @@ class TaskConfig(Config):
     @classmethod
     def _legacy_prompt_key(cls, data):
         # run directories written while prompt_key was math's alone dump prompt_key: question
-        if (isinstance(data, dict) and data.get("prompt_key") == "question"
-                and data.get("name", "addition") in TASKS
-                and "prompt_key" not in inspect.signature(TASKS[data.get("name", "addition")])
-                .parameters):
+        name = data.get("name", "addition") if isinstance(data, dict) else None
+        if (isinstance(name, str) and name in TASKS and data.get("prompt_key") == "question"
+                and "prompt_key" not in TASKS[name].Settings.model_fields):
             data = {k: v for k, v in data.items() if k != "prompt_key"}
         return data
 
     @model_validator(mode="after")
-    def _consistent(self) -> TaskConfig:
-        takes = set(inspect.signature(TASKS[self.name]).parameters) | set(REWARD_FIELDS)
-        # set to something else than its default (a dumped config sets every key, to defaults)
-        ignored = sorted(k for k in self.model_fields_set if k != "name" and k not in takes
-                         and getattr(self, k) != type(self).model_fields[k].default)
-        if ignored:
-            raise ValueError(f"task {self.name!r} does not read {', '.join(ignored)} "
-                             f"(it takes {', '.join(sorted(takes))})")
-        if self.name == "math" and self.dataset_name is None:
-            raise ValueError("the math task needs dataset_name (a hub name or a local file)")
-        if self.min_len > self.max_len:
-            raise ValueError(f"min_len ({self.min_len}) > max_len ({self.max_len})")
+    def _task_settings(self) -> TaskConfig:
+        settings = check_settings(self.name, self.__pydantic_extra__ or {})
+        # the checked values, every one (defaults filled in): what the task is built with
+        object.__setattr__(self, "__pydantic_extra__", dict(settings))
         return self
+
+    @model_serializer(mode="wrap")
+    def _settings_after_the_name(self, handler):
+        data = handler(self)
+        common = type(self).model_fields
+        return {**{k: data[k] for k in ("name",) if k in data},
+                **{k: v for k, v in data.items() if k not in common},
+                **{k: data[k] for k in common if k in data and k != "name"}}
+
+
+def check_settings(name: str, given: Mapping[str, Any]) -> BaseModel:
+    """The ``Settings`` of task ``name`` from the ``data`` keys beside ``name`` (choice 2); raises
+    pydantic's ``ValidationError``, each problem at its key."""
+    model = TASKS[name].Settings
+    errors = [{"type": PydanticCustomError("task_setting", "{why}", {"why": _not_owned(name, key)}),
+               "loc": (key,), "input": value}
+              for key, value in given.items()
+              if key not in model.model_fields and not _a_default_elsewhere(key, value)]
+    if errors:
+        raise ValidationError.from_exception_data(TaskConfig.__name__, errors)
+    return model.model_validate({k: v for k, v in given.items() if k in model.model_fields})
+
+
+def _a_default_elsewhere(key: str, value: Any) -> bool:
+    """Whether ``key`` is another task's setting and ``value`` that task's default (choice 2)."""
+    return any(key in cls.Settings.model_fields and cls.Settings.model_fields[key].default == value
+               for cls in TASKS.values())
+
+
+def _not_owned(name: str, key: str) -> str:
+    """Why ``data.<key>`` is refused under ``data.name: <name>``, with the keys it takes."""
+    takes = [*sorted(TASKS[name].Settings.model_fields),
+             *(k for k in TaskConfig.model_fields if k != "name")]
+    owners = [repr(n) for n, cls in TASKS.items() if key in cls.Settings.model_fields]
+    if owners:
+        return (f"task {name!r} has no such setting ({' and '.join(owners)} "
+                f"{'has' if len(owners) == 1 else 'have'} it); it takes {', '.join(takes)}")
+    close = get_close_matches(key, takes, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ";"
+    return f"unknown key{hint} task {name!r} takes {', '.join(takes)}"
 
 
 def build_task(config: TaskConfig | dict | None = None) -> Task:
@@ -149,9 +190,7 @@ def build_task(config: TaskConfig | dict | None = None) -> Task:
     return make_task(cfg.name, **task_arguments(cfg))
 
 
-def task_arguments(cfg: TaskConfig) -> dict:
-    """The ``data`` fields the task ``cfg.name`` takes; a field left ``None`` is left to the
-    task's own default (``prompt_key``: math's 'question', dataset's 'prompt')."""
-    params = inspect.signature(TASKS[cfg.name]).parameters
-    return {k: getattr(cfg, k) for k in params
-            if k in TaskConfig.model_fields and getattr(cfg, k) is not None}
+def task_arguments(cfg: TaskConfig) -> dict[str, Any]:
+    """The settings of the task ``cfg.name``, checked and complete: its constructor's keyword
+    arguments (choice 1)."""
+    return dict(cfg.__pydantic_extra__ or {})

@@ -31,7 +31,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlnb.engine.environments.base import Rewards, Task, take_rows
+from pydantic import Field
+
+from rlnb.engine.environments.base import Rewards, Task, TaskSettings, take_rows
 from rlnb.engine.environments.prompts import is_messages
 
 SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
@@ -186,6 +188,23 @@ class DatasetTask(Task):
     """
 
     name = "dataset"
+
+    class Settings(TaskSettings):
+        """``data.name: dataset``'s settings."""
+
+        path: str | None = Field(
+            None, description="a .jsonl/.json/.parquet/.csv file or a save_to_disk folder with a "
+            "'prompt' column (text or chat messages); the other columns reach the reward "
+            "functions")
+        split: str = Field("train", description="the split of a DatasetDict to train on")
+        val_split: str | None = Field(
+            None, description="validation split or file; None holds out num_val train rows")
+        prompt_key: str | None = Field(
+            None, description="the column with the prompt (None: 'prompt')")
+        answer_key: str = Field("answer", description="column with the demonstration the warm "
+                                "start trains on")
+        val_fraction: float | None = Field(
+            None, gt=0, lt=1, description="hold out this share of the rows instead of num_val")
 
     def __init__(self, path: str | None = None, split: str = "train",
                  val_split: str | None = None, prompt_key: str | None = None,

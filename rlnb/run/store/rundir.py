@@ -25,6 +25,9 @@ Implementation choices:
 5) A failed construction leaves nothing behind: a folder created by that call is removed.
 6) A folder holding only the notebook files of ``rlnb run`` / ``rlnb launch``
    (``NOTEBOOK_FILES``) counts as empty, so a notebook can start its run in its own run dir.
+7) A config an older rlnb saved may say the same in another form (its ``data`` section held
+   every task's keys): ``read_saved`` (the run layer's loader, round trip) reads the saved config
+   as this version does before the comparison.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from numbers import Number
 from pathlib import Path
 from typing import Any
@@ -117,8 +120,10 @@ class RunDir:
     NOTEBOOK_FILES = ("notebook.ipynb", "notebook.html", "mathjax", "ranks")
 
     def __init__(self, path: str | Path, *, config: Mapping[str, Any] | BaseModel,
-                 resume: bool = False, rollout_chunk_steps: int = CHUNK_STEPS):
+                 resume: bool = False, rollout_chunk_steps: int = CHUNK_STEPS,
+                 read_saved: Callable[[dict], Mapping[str, Any]] | None = None):
         self.path = Path(path)
+        self.read_saved = read_saved  # choice 7
         self.rollout_store = RolloutStore(self.rollouts_dir, chunk_steps=rollout_chunk_steps)
         config = _plain(config, "")
         if not isinstance(config, dict):
@@ -204,6 +209,8 @@ class RunDir:
                              "record of what the run trained: restore it to resume") from None
         if not isinstance(saved, dict):
             raise ValueError(f"{self.config_path} is corrupt: not a mapping of sections")
+        if self.read_saved is not None:  # choice 7
+            saved = yaml.safe_load(yaml.safe_dump(_plain(self.read_saved(saved), ""))) or {}
         diff = config_diff(saved, self.config)
         if not diff:
             return

@@ -19,7 +19,8 @@ Implementation choices:
 3) Construction warm-starts the policy (cached on disk, ``store/warm_start_cache.py``); its repr
    says what it did: run directory, warm start (loaded or run), what has been written.
 4) Resume continues from the run directory's own ``config.yaml`` (overrides may change only
-   what ``RESUMABLE_KEYS`` allows). The warm start is rebuilt first (from its cache; it is
+   what ``RESUMABLE_KEYS`` allows; one an older rlnb wrote is compared as this version reads it,
+   ``saved_config_now``). The warm start is rebuilt first (from its cache; it is
    also the KL reference), then the latest checkpoint restores weights, optimizer, scheduler,
    RNG states and the data position, and metrics and rollouts past the checkpoint are dropped,
    so steps k+1.. repeat exactly and none is logged twice.
@@ -103,7 +104,8 @@ class TrainingRun:
         self.run_dir = None
         created = first_missing(path.absolute())
         if self.dist.is_main:
-            self.run_dir = RunDir(path, config=self.config.model_dump(mode="json"), resume=resume)
+            self.run_dir = RunDir(path, config=self.config.model_dump(mode="json"), resume=resume,
+                                  read_saved=saved_config_now)
         self.path = path
         try:
             self.loggers = make_loggers(self.config.logger, self.run_dir) if self.run_dir else []
@@ -331,6 +333,16 @@ def rollout_table(rollout, advantages) -> dict[str, Any]:
     if rollout.reference_logprobs is not None:
         table["reference_logprobs"] = rows(rollout.reference_logprobs)
     return table
+
+
+def saved_config_now(saved: dict) -> dict[str, Any]:
+    """A run directory's saved config as this version reads it (``RunDir``'s ``read_saved``): an
+    older rlnb wrote the same config in another form (its ``data`` held every task's keys). One
+    that no longer loads is compared as written, so the keys that differ are named."""
+    try:
+        return load_config(saved).model_dump(mode="json")
+    except ValueError:
+        return saved
 
 
 def _quiet(*args, **kwargs):
