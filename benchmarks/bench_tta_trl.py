@@ -59,9 +59,11 @@ from bench_vs_trl import (
     trl_config_record,
     worker_env,
 )
-from tta_svg import write_curves_svg
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))  # tools/tta_svg.py draws the curves
+from tta_svg import write_curves_svg  # noqa: E402
+
 CONFIG = ROOT / "configs" / "tiny.yaml"
 TARGET = 2.0  # TRL's seconds to +40 points / rlnb's, on every seed of TARGET_SEEDS
 TARGET_SEEDS = (0, 1, 2)

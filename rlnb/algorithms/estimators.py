@@ -34,8 +34,8 @@ from rlnb.algorithms.opd import OnPolicyDistillationAdvantageEstimator
 from rlnb.algorithms.reinforce_plus_plus import ReinforcePlusPlusAdvantageEstimator
 from rlnb.config import parse_config
 
-LOOPS = {"grpo": ("GRPO's loop", AdvEstimatorConfig, "grpo.adv_estimator"),
-         "ppo": ("PPO's loop", PPOAdvEstimatorConfig, "ppo.adv_estimator")}
+ESTIMATOR_LOOPS = {"grpo": ("GRPO's loop", AdvEstimatorConfig, "grpo.adv_estimator"),
+                   "ppo": ("PPO's loop", PPOAdvEstimatorConfig, "ppo.adv_estimator")}
 CAPABILITIES = ("needs_groups", "needs_critic", "kl_in_reward", "trainable")
 
 
@@ -46,8 +46,9 @@ def register_estimator(name: str, cls: type) -> None:
     contract and the default capabilities."""
     if not callable(getattr(cls, "compute_advantage", None)):
         raise TypeError(f"estimator {name!r}: {cls!r} has no compute_advantage method")
-    if getattr(cls, "loop", None) not in LOOPS:
-        raise TypeError(f"estimator {name!r}: {cls.__name__}.loop must be one of {list(LOOPS)} "
+    if getattr(cls, "loop", None) not in ESTIMATOR_LOOPS:
+        raise TypeError(f"estimator {name!r}: {cls.__name__}.loop must be one of "
+                        f"{list(ESTIMATOR_LOOPS)} "
                         f"(whose call contract compute_advantage follows), got "
                         f"{getattr(cls, 'loop', None)!r}")
     missing = [c for c in CAPABILITIES if not isinstance(getattr(cls, c, None), bool)]
@@ -72,7 +73,8 @@ def estimator_class(name: str, loop: str | None = None) -> type:
     cls = ADVANTAGE_ESTIMATORS.get(name)
     if cls is not None and cls.loop != loop:
         raise ValueError(
-            f"{name!r} is an estimator of {LOOPS[cls.loop][0]}; {LOOPS[loop][0]} takes "
+            f"{name!r} is an estimator of {ESTIMATOR_LOOPS[cls.loop][0]}; "
+            f"{ESTIMATOR_LOOPS[loop][0]} takes "
             f"{', '.join(map(repr, estimator_names(loop)))}")
     return choose({n: ADVANTAGE_ESTIMATORS[n] for n in estimator_names(loop)}, name,
                   "advantage estimator")
@@ -80,7 +82,7 @@ def estimator_class(name: str, loop: str | None = None) -> type:
 
 def make_estimator(estimator_config: Any, loss_config: Any = None, *, loop: str = "grpo"):
     """The estimator ``estimator_config`` names (a config of ``loop``'s kind, or its dict)."""
-    _, config_class, key = LOOPS[loop]
+    _, config_class, key = ESTIMATOR_LOOPS[loop]
     cfg = parse_config(config_class, estimator_config, key)
     try:
         cls = estimator_class(cfg.name, loop)

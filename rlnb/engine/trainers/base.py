@@ -41,7 +41,7 @@ from rlnb.engine.models.generation import make_generation_backend
 from rlnb.engine.models.policy import Policy
 from rlnb.engine.runtime.distributed import Distributed
 from rlnb.engine.runtime.timing import timer
-from rlnb.engine.trainers.dynamic_sampling import dynamic_sampling_rollout
+from rlnb.engine.trainers.dynamic_rollout import dynamic_sampling_rollout
 from rlnb.engine.trainers.hyperparameters import reconfigure
 from rlnb.engine.trainers.loop_config import check_loop_rules, needs_reference
 from rlnb.engine.trainers.rollout import (

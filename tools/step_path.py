@@ -1,6 +1,6 @@
 """How much code one default GRPO step runs through: the files, and their lines of code.
 
-    python benchmarks/step_path.py
+    python tools/step_path.py
 
 Builds the trainer from the embedded default config (without the warm start, which is not part
 of a step), traces one ``trainer.step()`` and lists every rlnb source file a Python function was
