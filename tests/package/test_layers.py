@@ -15,8 +15,7 @@ LAYERS = [
     ("rlnb.run", 3),
     ("rlnb.widgets", 4),
     ("rlnb.nemo", 4),
-    ("rlnb.cli", 4),
-    ("rlnb.cli_notebooks", 4),
+    ("rlnb.cli", 4),  # the package and its command modules (rlnb.cli.*)
     ("rlnb.demo", 4),
     ("rlnb.teach", 4),  # exercises: checks against the algorithms, live runs through rlnb.run
 ]

@@ -25,5 +25,5 @@ def write_rank_and_leave(accelerator, trainer, out: Path, start: dict, final: di
     (out / f"rank{rank}.json").write_text(json.dumps(info, indent=1))
     accelerator.wait_for_everyone()
     accelerator.end_training()
-    if torch_dist.is_initialized():  # leave together (see rlnb.cli._shut_down)
+    if torch_dist.is_initialized():  # leave together (see rlnb TrainingRun.close)
         torch_dist.destroy_process_group()

@@ -117,7 +117,7 @@ def main(out: Path, steps: int) -> None:
     (out / f"rank{rank}.json").write_text(json.dumps(info, indent=1))
     accelerator.wait_for_everyone()
     accelerator.end_training()
-    if torch.distributed.is_initialized():  # leave together (see rlnb.cli._shut_down)
+    if torch.distributed.is_initialized():  # leave together (see rlnb TrainingRun.close)
         torch.distributed.destroy_process_group()
 
 
