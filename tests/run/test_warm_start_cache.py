@@ -164,6 +164,8 @@ EXEMPT = {
     "rlnb.algorithms.checks": "argument checks and name look-ups",
     "rlnb.engine.runtime.distributed": "rank and device plumbing (the device type is in the key)",
     "rlnb.engine.trainers.loops": "picks the trainer class",
+    "rlnb.run.config.master_config": "MasterConfig.loop_config: which section is the loop's "
+                                     "(the sections' values are in the key)",
     "rlnb.algorithms.policy_loss": "the RL loss the trainer builds; the warm start never calls it",
 }
 
