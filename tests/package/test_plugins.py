@@ -343,6 +343,8 @@ def test_a_loop_whose_stages_do_not_fit_is_refused_when_defined():
         register_loop("x", dict)
     with pytest.raises(TypeError, match="first section"):
         register_loop("x", GRPOTrainer, ("ppo",))
+    with pytest.raises(ValueError, match="loop 'grpo' is built in"):
+        register_loop("grpo", GRPOTrainer)
     assert "x" not in LOOPS
 
 

@@ -83,6 +83,8 @@ def register_loop(name: str, trainer: type, sections: tuple[str, ...] | None = N
     section of its own; a plug-in reads an existing loop's, as a GRPO variant reads ``grpo``
     (``register_loop("grpo_sign", SignGRPOTrainer)``). ``about``: what it is, in a few words
     (default: the trainer's name)."""
+    if name in BUILT_IN:  # a plug-in may replace its own entry (a re-run cell), not ours
+        raise ValueError(f"loop {name!r} is built in; register yours under another name")
     if not (isinstance(trainer, type) and issubclass(trainer, Trainer)):
         raise TypeError(f"loop {name!r}: a loop's trainer is a Trainer subclass, got {trainer!r}")
     if trainer.step is Trainer.step:
@@ -110,3 +112,4 @@ LOOPS: dict[str, LoopSpec] = {
                     about="DPO: a preference loss on chosen/rejected pairs against a frozen "
                     "reference"),
 }
+BUILT_IN = frozenset(LOOPS)  # the package's loops, which register_loop refuses to replace
