@@ -5,6 +5,7 @@ the per-parameter loop bit for bit."""
 
 import gc
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -203,7 +204,9 @@ def run_process(cache: Path, arch: str, *overrides: str) -> tuple[dict, str]:
     # this process's thread count: a compiled kernel's reductions may split by thread, and the
     # numbers are compared with this process's
     env = {"RLNB_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin", "HOME": str(cache),
-           "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(torch.get_num_threads())}
+           "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(torch.get_num_threads()),
+           # and this process's ATen kernels (ATEN_CPU_CAPABILITY=default picks other ones)
+           **{k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY",) if k in os.environ}}
     script = RUN.format(root=str(Path(__file__).parent), support=str(SUPPORT), arch=arch, overrides=overrides)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                          timeout=900)
