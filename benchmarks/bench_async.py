@@ -25,10 +25,10 @@ import statistics
 import time
 
 import torch
+from harness import load_text, machine_line
 
-from rlnb.engine.trainers.loops import make_trainer
 from rlnb.run.config.master_config import load_config
-from rlnb.run.store.warm_start_cache import cached_warm_start
+from rlnb.run.training.warm_trainer import trainer_with_warm_start
 
 CONFIGS = {"sync": "configs/tiny.yaml", "async": "configs/async_tiny.yaml",
            "async_recompute": "configs/async_tiny.yaml",
@@ -43,10 +43,7 @@ def run(loop: str, seed: int, minutes: float, age: int) -> dict:
     cfg = load_config(CONFIGS[loop], [f"grpo.seed={seed}", "grpo.val_period=0", *extra,
                                       *EXTRA.get(loop, [])])
     torch.set_num_threads(os.cpu_count() or 1)  # the async trainer sets its own while it runs
-    trainer = make_trainer(cfg)
-    with torch.random.fork_rng(devices=[]):  # as TrainingRun
-        torch.manual_seed(seed)
-        cached_warm_start(trainer, cfg.sft, log=lambda *a: None)
+    trainer, _ = trainer_with_warm_start(cfg)  # as TrainingRun
     before = trainer.validate()["validation/accuracy"]
     ages, waits, weights_std = collections.Counter(), [], []
     start = time.perf_counter()
@@ -70,7 +67,7 @@ def run(loop: str, seed: int, minutes: float, age: int) -> dict:
     groups = sum(ages.values()) or 1
     return {"loop": loop, "seed": seed, "steps": trainer.step_count, "before": before,
             "after": after, "steps_per_min": 60 * trainer.step_count / train_s,
-            "first_step_s": first_step_s or math.nan, "load": os.getloadavg()[1],
+            "first_step_s": first_step_s or math.nan, "load": load_text(),
             "ages": {a: n / groups for a, n in sorted(ages.items())},
             "wait": statistics.mean(waits) if waits else math.nan,
             "w_mean": statistics.mean(weights_std) if weights_std else math.nan}
@@ -84,9 +81,8 @@ def main() -> None:
     ap.add_argument("--loops", nargs="+", default=["sync", "async"], choices=list(CONFIGS),
                     help="async_recompute: async with a separate prev_logprobs forward")
     args = ap.parse_args()
-    load = os.getloadavg()
-    print(f"{os.cpu_count()} CPUs, load average at start {load[0]:.2f} {load[1]:.2f} "
-          f"{load[2]:.2f}; {args.minutes} min per run, max_trajectory_age_steps={args.age}")
+    print(f"{machine_line()}; {args.minutes} min per run, "
+          f"max_trajectory_age_steps={args.age}")
     rows = []
     for seed in args.seeds:
         for loop in args.loops:
@@ -94,15 +90,14 @@ def main() -> None:
             rows.append(r)
             print(f"{loop} seed {seed}: {r['steps']} steps, {r['steps_per_min']:.0f}/min, "
                   f"{100 * r['before']:.1f}% -> {100 * r['after']:.1f}%", flush=True)
-    load = os.getloadavg()
-    print(f"\nload average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
+    print(f"\nload average at the end {load_text()}\n")
     print("| loop | seed | steps | steps/min | accuracy before | after | gain (pts) | "
-          "load (5 min) |")
+          "load at its end (1, 5, 15 min) |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['loop']} | {r['seed']} | {r['steps']} | {r['steps_per_min']:.0f} | "
               f"{100 * r['before']:.1f}% | {100 * r['after']:.1f}% | "
-              f"{100 * (r['after'] - r['before']):+.1f} | {r['load']:.2f} |")
+              f"{100 * (r['after'] - r['before']):+.1f} | {r['load']} |")
     for loop in [k for k in args.loops if k != "sync"]:
         ratios, gains = [], {"sync": [], loop: []}
         for seed in args.seeds:

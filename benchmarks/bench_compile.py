@@ -26,17 +26,13 @@ within one run and read them with the load.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULT = "BENCH_RESULT "
+from harness import ROOT, call_worker, load_text, machine_line, serve_worker, worker_env
+
 BASE = ["sft.enabled=false", "grpo.val_period=0", "grpo.val_at_start=false",
         "grpo.val_at_end=false", "checkpointing.enabled=false"]
 QUICK_MODEL = ["policy.tiny.hidden_size=32", "policy.tiny.num_hidden_layers=1"]
@@ -78,22 +74,13 @@ def worker(spec: dict) -> dict:
 
 def run(spec: dict, cache: str) -> dict:
     """One fresh process; adds the seconds from its launch to the end of its first step."""
-    env = {**os.environ, "RLNB_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
+    env = worker_env(RLNB_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # the cache under RLNB_CACHE_DIR is measured
-    start = time.time()
-    out = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], env=env,
-                         capture_output=True, text=True, timeout=3600)
-    if out.returncode != 0:
-        raise SystemExit(f"worker failed ({spec['variant']} {spec['shape']}):\n{out.stderr}")
-    line = next(x for x in out.stdout.splitlines() if x.startswith(RESULT))
-    result = json.loads(line[len(RESULT):])
-    result["start"] = result["first_step_end"] - start
-    result["stderr"] = out.stderr.strip()
-    return result
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    run = call_worker(__file__, [], spec, label=f"{spec['variant']} {spec['shape']}", env=env,
+                      timeout=3600)
+    return {**run.result, "start": run.result["first_step_end"] - run.started,
+            "stderr": run.stderr.strip(),
+            "load": f"{load_text(run.load_before)} -> {load_text(run.load_after)}"}
 
 
 def main() -> int:
@@ -104,18 +91,17 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--quick", action="store_true",
                         help="tiny model and shapes, 2 steps: a smoke run, no figures to keep")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(RESULT + json.dumps(worker(json.loads(args.worker))), flush=True)
+        serve_worker(worker, args.spec)
         return 0
     shapes, steps, model = args.shapes, args.steps, []
     if args.quick:
         shapes, steps, model = ["2x2x4"], 2, QUICK_MODEL
-    import torch
-
-    print(f"bench_compile: torch {torch.__version__}, {os.cpu_count()} CPUs, steps per "
-          f"process {steps} (medians over all but the first){' [--quick]' if args.quick else ''}")
+    print(f"bench_compile: {machine_line()}; steps per process {steps} (medians over all but "
+          f"the first){' [--quick]' if args.quick else ''}")
     print(f"{'shape':>8} {'run':>6} {'start s':>8} {'compile s':>9} {'step s':>8} "
           f"{'update s':>8} {'token ms':>8} {'recomp':>6}  load before -> after")
     for shape in shapes:
@@ -125,12 +111,11 @@ def main() -> int:
                              f"policy.compile.enabled={str(compiled).lower()}"]
                 spec = {"variant": variant, "shape": shape, "steps": steps,
                         "threads": args.threads, "overrides": overrides}
-                before = load()
                 r = run(spec, cache)
                 flag = "  EAGER FALLBACK" if r["eager_fallback"] else ""
                 print(f"{shape:>8} {variant:>6} {r['start']:8.2f} {r['compile_seconds']:9.2f} "
                       f"{r['step']:8.3f} {r['update']:8.3f} {1e3 * r['per_token']:8.2f} "
-                      f"{r['recompiles']:6.0f}  {before} -> {load()}{flag}", flush=True)
+                      f"{r['recompiles']:6.0f}  {r['load']}{flag}", flush=True)
                 if r["stderr"]:
                     print(f"         stderr of {variant}: {r['stderr'][-500:]}")
     print(f"threads per process: {r['threads']}")

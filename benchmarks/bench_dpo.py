@@ -29,12 +29,11 @@ from __future__ import annotations
 import argparse
 import os
 
-import torch
+from harness import load_text, machine_line
 
-from rlnb.engine.trainers.loops import make_trainer
 from rlnb.run.config.master_config import load_config
-from rlnb.run.store.warm_start_cache import cached_warm_start
 from rlnb.run.training.timed import train_for
+from rlnb.run.training.warm_trainer import trainer_with_warm_start
 
 ARMS = {
     "offline_dpo": ("configs/dpo_tiny.yaml", ["dpo.pairs.source=warm_start"]),
@@ -48,10 +47,7 @@ def run_arm(arm: str, seed: int, minutes: float, every: float, extra: list[str])
     section = "grpo" if arm == "grpo" else "dpo"
     mine = [x for x in extra if x.startswith((f"{section}.", "policy."))]
     cfg = load_config(path, [f"{section}.seed={seed}", f"{section}.val_period=0", *over, *mine])
-    trainer = make_trainer(cfg)
-    with torch.random.fork_rng(devices=[]):  # as TrainingRun: the warm start on its own state
-        torch.manual_seed(seed)
-        warm = cached_warm_start(trainer, cfg.sft, log=lambda *a: None)
+    trainer, warm = trainer_with_warm_start(cfg)  # as TrainingRun
     curve = train_for(trainer, 60 * minutes, 60 * every)  # validation is off the clock
     return {"arm": arm, "seed": seed, "before": curve[0][2], "after": curve[-1][2],
             "steps": trainer.step_count, "seconds": curve[-1][0], "curve": curve,
@@ -70,11 +66,10 @@ def main() -> None:
                         "policy.* to all)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    print(f"DPO (offline, on-policy) vs GRPO, {args.minutes:g} min each, {torch.get_num_threads()} "
-          f"threads, load {os.getloadavg()[0]:.1f}; extra: {' '.join(args.set) or 'none'}",
-          flush=True)
+    print(f"DPO (offline, on-policy) vs GRPO, {args.minutes:g} min each ({machine_line()}); "
+          f"extra: {' '.join(args.set) or 'none'}", flush=True)
     print(f"{'arm':>12} {'seed':>4} {'before':>7} {'after':>7} {'gain':>6} {'steps':>6} "
-          f"{'train s':>7} {'load':>5}", flush=True)
+          f"{'train s':>7} {'load':>14}", flush=True)
     rows = []
     for seed in args.seeds:
         for arm in args.arms:
@@ -82,7 +77,7 @@ def main() -> None:
             rows.append(r)
             print(f"{arm:>12} {seed:>4} {100 * r['before']:>6.1f}% {100 * r['after']:>6.1f}% "
                   f"{100 * (r['after'] - r['before']):>+6.1f} {r['steps']:>6} "
-                  f"{r['seconds']:>6.0f}s {os.getloadavg()[0]:>5.1f}", flush=True)
+                  f"{r['seconds']:>6.0f}s {load_text():>14}", flush=True)
             print("             curve (s, step, acc): " + ", ".join(
                 f"({s:.0f}, {n}, {100 * a:.0f}%)" for s, n, a in r["curve"]), flush=True)
     for arm in args.arms:

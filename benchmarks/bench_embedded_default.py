@@ -24,7 +24,7 @@ import os
 import tempfile
 import time
 
-import torch
+from harness import load_text, machine_line
 
 # the embedded default before the current recipe (configs/tiny.yaml at 0dd82b9), as overrides
 PREVIOUS = [
@@ -74,11 +74,11 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="extra overrides on the current default (to try a recipe)")
     args = parser.parse_args()
-    print(f"embedded default (`rlnb train`), cold warm-start cache, {torch.get_num_threads()} "
-          f"threads, load {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"embedded default (`rlnb train`), cold warm-start cache ({machine_line()})",
+          flush=True)
     print(f"previous default = current + {' '.join(PREVIOUS)}", flush=True)
     header = (f"{'default':>8} {'seed':>4} {'before':>7} {'after':>7} {'gain':>6} {'to +30':>7} "
-              f"{'to +40':>7} {'steps':>6} {'warm':>5} {'total':>6} {'load':>5}")
+              f"{'to +40':>7} {'steps':>6} {'warm':>5} {'total':>6} {'load':>14}")
     rows = []
     print(header, flush=True)
     for seed in args.seeds:
@@ -93,7 +93,7 @@ def main() -> None:
             print(f"{which:>8} {seed:>4} {100 * r['before']:>6.1f}% {100 * r['after']:>6.1f}% "
                   f"{100 * (r['after'] - r['before']):>+6.1f} {fmt(r['to30']):>7} "
                   f"{fmt(r['to40']):>7} {r['steps']:>6} {r['warm_start_s']:>4.0f}s "
-                  f"{r['seconds']:>5.0f}s {os.getloadavg()[0]:>5.1f}", flush=True)
+                  f"{r['seconds']:>5.0f}s {load_text():>14}", flush=True)
             print("         curve (step, s, acc): " + ", ".join(
                 f"({s}, {t:.0f}, {100 * a:.0f}%)" for s, t, a in r["curve"]), flush=True)
     for which in args.defaults:

@@ -28,22 +28,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 import time
 from pathlib import Path
 
-import torch
+from harness import load_text, machine_line
 
 from rlnb.run.experiments.findings import FINDINGS, run_finding
 
 COLUMNS = ("metric", "A mean ± sd", "B mean ± sd", "A − B [95 % CI]", "sd(A − B)",
            "detectable (80 % power)", "seeds for A − B", "verdict")
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -72,7 +67,7 @@ def main() -> None:
     fast = ["grpo.val_period=0"] if args.quick else []
     command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *sys.argv[1:]])
     print(f"{command}\nbench_findings: {'quick' if args.quick else 'full'} mode, "
-          f"{torch.get_num_threads()} torch threads, load average {load()}", flush=True)
+          f"{machine_line()}", flush=True)
     start, rows, records, summary = time.perf_counter(), [], {}, []
     for name in args.findings:
         finding = FINDINGS[name]
@@ -87,14 +82,14 @@ def main() -> None:
             pilot = run_finding(finding, pilot_seeds, num_steps=pilot_steps,
                                 root=root / f"{name}-pilot", **options)
             print(f"\n{name}: pilot of {len(pilot_seeds)} seeds x {pilot_steps} steps in "
-                  f"{time.perf_counter() - t0:.0f} s (load {load()}); power of {len(seeds)} "
+                  f"{time.perf_counter() - t0:.0f} s (load {load_text()}); power of {len(seeds)} "
                   "seeds from its spread:", flush=True)
             for line in pilot.power_lines(planned=len(seeds)):
                 print(f"  {line}")
         t0 = time.perf_counter()
         result = run_finding(finding, seeds, num_steps=steps, root=root / name, **options)
         print(f"{name}: {len(finding.settings)} settings x {len(seeds)} seeds x "
-              f"{result.steps} steps in {time.perf_counter() - t0:.0f} s (load {load()}); "
+              f"{result.steps} steps in {time.perf_counter() - t0:.0f} s (load {load_text()}); "
               f"warm start shared by the settings of each seed: {result.shared_warm_start}",
               flush=True)
         rows += [{"finding": finding.title, "seeds": len(seeds), **r} for r in result.rows]
@@ -105,7 +100,7 @@ def main() -> None:
     print("\n" + "\n".join(line for _, line in summary))
     print(f"findings reproduced: {sum(ok for ok, _ in summary)} of {len(summary)}")
     print(f"\nwall time {minutes:.1f} min for {len(records)} finding(s); "
-          f"load average (1, 5, 15 min) at the end: {load()}")
+          f"load average (1, 5, 15 min) at the end: {load_text()}")
     if args.quick:
         print("quick mode: a smoke test of a model that learns nothing; its numbers mean nothing")
     for r in rows:

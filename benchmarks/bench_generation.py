@@ -36,6 +36,7 @@ import string
 import time
 
 import torch
+from harness import load_text, machine_line
 
 from rlnb.engine.models.generation import GenerationConfig, make_generation_backend
 from rlnb.engine.models.tiny import SPECIAL_TOKENS, build_char_tokenizer, build_tiny_llama
@@ -168,7 +169,6 @@ def main() -> None:
     # room for the longest prompt (BOS + text) and the response
     max_prompt = max(len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts) + 1
     params = sum(p.numel() for p in model.parameters())
-    load_before = os.getloadavg()
     versions = f"torch {torch.__version__}"
     if "vllm" in backends:
         import transformers
@@ -180,7 +180,7 @@ def main() -> None:
           f"{next(model.parameters()).dtype}) | {n_prompts} prompts x up to {new_tokens} new "
           f"tokens | temperature {args.temperature}, top_p {args.top_p}, top_k {args.top_k} | "
           f"{args.repeats} repeats after 1 warm-up")
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in load_before)}")
+    print(f"machine: {machine_line()}")
 
     results = {}
     for name in backends:
@@ -202,7 +202,7 @@ def main() -> None:
     if {"hf", "vllm"} <= results.keys():
         ratio = results["vllm"]["tokens_per_s"] / results["hf"]["tokens_per_s"]
         print(f"vllm / hf tokens/s: {ratio:.2f}x (GPU target >= 5x; refit target < 1 s)")
-    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average after: {load_text()}")
 
 
 if __name__ == "__main__":  # vLLM's engine may spawn processes: keep this guard

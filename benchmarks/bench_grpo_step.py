@@ -36,7 +36,6 @@ import functools
 import gc
 import json
 import math
-import os
 import re
 import statistics
 import subprocess
@@ -44,6 +43,7 @@ import sys
 import time
 
 import torch
+from harness import busy, machine_line
 
 import rlnb.engine.models.hf_backend as hf_backend
 import rlnb.engine.models.policy as policy
@@ -51,6 +51,7 @@ import rlnb.engine.trainers.grpo as grpo
 from rlnb.engine.models.backend import response_mask_and_truncation, tokenize_prompts
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.run.config.master_config import load_config
+from rlnb.run.training.warm_trainer import trainer_with_warm_start
 
 BASE = ["grpo.val_period=0", "sft.enabled=false"]
 CONFIGS = {
@@ -280,11 +281,9 @@ class StepBench:
         base = [o for o in BASE if not (args.warm and o.startswith("sft."))]
         self.cfg = cfg = load_config(args.config, base + overrides + list(args.set))
         self.device = device
-        self.t = t = GRPOTrainer(cfg)
-        if args.warm:  # the warm-started policy: answers end at EOS after a few tokens
-            from rlnb.run.store.warm_start_cache import cached_warm_start
-
-            cached_warm_start(t, cfg.sft, log=lambda *a: None)
+        # --warm: the warm-started policy (its answers end at EOS after a few tokens); else BASE
+        # turns the warm start off
+        self.t = t = trainer_with_warm_start(cfg)[0]
         t.policy.model.to(device)  # in place: optimizer, generator and reference keep the params
         self.n_params = sum(p.numel() for p in t.policy.model.parameters())
         opt = cfg.policy.optimizer
@@ -469,12 +468,8 @@ def main() -> None:
     if args.memory_pass:
         memory_pass(args.configs, args, device)
         return
-    threads, load = torch.get_num_threads(), os.getloadavg()[0]
-    print(
-        f"GRPO step benchmark on {device} ({threads} threads, {os.cpu_count()} CPUs, load average "
-        f"{load:.1f}), torch {torch.__version__}"
-    )
-    if device.type == "cpu" and load > 1.0:
+    print(f"GRPO step benchmark on {device} ({machine_line()})")
+    if device.type == "cpu" and busy():
         print(
             "  WARNING: other processes are running; with OpenMP threads competing for the same "
             "cores, small ops slow down many-fold and the timings below are not reliable"

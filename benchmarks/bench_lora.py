@@ -26,17 +26,12 @@ step of each run is dropped, and the load average is printed around every run.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULT = "BENCH_RESULT "
+from harness import ROOT, call_worker, load_text, machine_line, serve_worker, worker_env
+
 WARMUP = 1
 BASE = ["sft.enabled=false", "grpo.val_period=0", "grpo.val_at_start=false",
         "grpo.val_at_end=false", "checkpointing.enabled=false",
@@ -99,26 +94,12 @@ def worker(spec: dict) -> dict:
             "ckpt_opt": opt_bytes, "threads": torch.get_num_threads()}
 
 
-def load_text() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def run_worker(spec: dict, label: str) -> dict:
-    threads = str(spec["threads"])
-    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-           "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    before, t0 = load_text(), time.perf_counter()
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker",
-                           json.dumps(spec)], capture_output=True, text=True, env=env, cwd=ROOT)
-    lines = [x for x in proc.stdout.splitlines() if x.startswith(RESULT)]
-    if proc.returncode or not lines:
-        print(proc.stdout[-3000:] + proc.stderr[-6000:], file=sys.stderr)
-        sys.exit(f"{label}: the worker failed (exit {proc.returncode})")
-    out = json.loads(lines[-1][len(RESULT):])
-    print(f"  {label:<16} load {before} -> {load_text()}; median step "
-          f"{statistics.median(out['steps'][WARMUP:]):.3f} s (process "
-          f"{time.perf_counter() - t0:.0f} s)", flush=True)
-    return out
+    run = call_worker(__file__, [], spec, label=label, env=worker_env(spec["threads"]))
+    print(f"  {label:<16} load {load_text(run.load_before)} -> {load_text(run.load_after)}; "
+          f"median step {statistics.median(run.result['steps'][WARMUP:]):.3f} s (process "
+          f"{run.seconds:.0f} s)", flush=True)
+    return run.result
 
 
 def mib(x: float) -> str:
@@ -131,19 +112,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6, help=f"steps per run ({WARMUP} dropped)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(RESULT + json.dumps(worker(json.loads(args.worker))), flush=True)
+        serve_worker(worker, args.spec)
         return
     if args.steps <= WARMUP:
         parser.error(f"--steps must exceed {WARMUP}")
     import peft
-    import torch
 
-    print(f"LoRA vs full fine-tuning, GRPO steps on CPU ({args.threads} threads, "
-          f"{os.cpu_count()} CPUs, load average {load_text()}); torch {torch.__version__}, "
-          f"peft {peft.__version__}")
+    print(f"LoRA vs full fine-tuning, GRPO steps on CPU, {args.threads} threads per worker "
+          f"({machine_line()}); peft {peft.__version__}")
     for size in args.configs:
         print(f"\n== {size}: configs/tiny.yaml {' '.join(SIZES[size]) or '(as it is)'}; "
               f"{' '.join(BASE)}")

@@ -21,24 +21,19 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 
-import torch
+from harness import load_text, machine_line
 
-from rlnb.engine.trainers.loops import make_trainer
 from rlnb.run.config.master_config import load_config
-from rlnb.run.store.warm_start_cache import cached_warm_start
+from rlnb.run.training.warm_trainer import trainer_with_warm_start
 
 CONFIGS = {"ppo": "configs/ppo_tiny.yaml", "grpo": "configs/tiny.yaml"}
 
 
 def run(algo: str, seed: int, minutes: float, val_every: int, extra=()) -> dict:
     cfg = load_config(CONFIGS[algo], [f"{algo}.seed={seed}", f"{algo}.val_period=0", *extra])
-    trainer = make_trainer(cfg)
-    with torch.random.fork_rng(devices=[]):  # as TrainingRun
-        torch.manual_seed(seed)
-        cached_warm_start(trainer, cfg.sft, log=lambda *a: None)
+    trainer, _ = trainer_with_warm_start(cfg)  # as TrainingRun
     before = trainer.validate()["validation/accuracy"]
     start, curve, evs, ev0s = time.perf_counter(), [(0, 0.0, before, math.nan)], [], []
     train_s = 0.0
@@ -58,7 +53,7 @@ def run(algo: str, seed: int, minutes: float, val_every: int, extra=()) -> dict:
             "after": after, "s_per_step": train_s / max(trainer.step_count, 1),
             "seconds": time.perf_counter() - start, "ev_max": max(evs, default=math.nan),
             "ev0_max": max(ev0s, default=math.nan), "curve": curve,
-            "load": os.getloadavg()[1]}  # the 5-minute load average over (about) this run
+            "load": load_text()}  # the 5-minute load average: over (about) this run
 
 
 def main() -> None:
@@ -70,9 +65,7 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="extra overrides for the PPO runs, e.g. ppo.ppo_epochs=2")
     args = parser.parse_args()
-    load = os.getloadavg()
-    print(f"{torch.get_num_threads()} threads, {os.cpu_count()} CPUs, load average at start "
-          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.minutes} min per run", flush=True)
+    print(f"{machine_line()}; {args.minutes} min per run", flush=True)
     rows = []
     for seed in args.seeds:
         for algo in args.algos:
@@ -82,17 +75,16 @@ def main() -> None:
                   f"in {r['steps']} steps; curve (step, s, acc, mean EV): "
                   + ", ".join(f"({s}, {t:.0f}, {100 * a:.0f}%, {ev:.2f})"
                               for s, t, a, ev in r["curve"]), flush=True)
-    load = os.getloadavg()
-    print(f"\nload average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
+    print(f"\nload average at the end {load_text()}\n")
     print("| loop | seed | steps | accuracy before | after | gain (pts) | s/step | EV max | "
-          "EV0 max | load (5 min) |")
+          "EV0 max | load at its end (1, 5, 15 min) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ev = (f"{r['ev_max']:.2f} | {r['ev0_max']:.2f}" if not math.isnan(r["ev_max"])
               else "— | —")
         print(f"| {r['algo']} | {r['seed']} | {r['steps']} | {100 * r['before']:.1f}% | "
               f"{100 * r['after']:.1f}% | {100 * (r['after'] - r['before']):+.1f} | "
-              f"{r['s_per_step']:.2f} | {ev} | {r['load']:.2f} |")
+              f"{r['s_per_step']:.2f} | {ev} | {r['load']} |")
     ppo = [r for r in rows if r["algo"] == "ppo"]
     met = all(r["after"] - r["before"] >= 0.25 and r["ev_max"] > 0.3 for r in ppo)  # NaN: False
     print(f"\nPPO target (>= +25 pts and EV > 0.3 for every seed): {'met' if met else 'NOT met'}")

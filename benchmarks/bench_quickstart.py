@@ -32,7 +32,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import ROOT, load_text, machine_line
+
 NOTEBOOK = ROOT / "notebooks" / "01_grpo_step_by_step.ipynb"
 BEFORE = re.compile(r"held-out accuracy before GRPO: ([0-9.]+)")
 AFTER = re.compile(r"held-out accuracy now: ([0-9.]+) after (\d+) steps")
@@ -77,15 +78,13 @@ def main() -> int:
     parser.add_argument("--aim", type=float, default=30.0, help="points each seed should gain")
     args = parser.parse_args()
 
-    import torch
-
     env = dict(os.environ, ATEN_CPU_CAPABILITY=args.capability or "")
     capability = subprocess.run(
         [sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
         env=env if args.capability else None, capture_output=True, text=True).stdout.strip()
     print(f"bench_quickstart: `rlnb run {NOTEBOOK.relative_to(ROOT)} -p seed S`, empty cache; "
-          f"torch {torch.__version__}, CPU class {capability}, {os.cpu_count()} cores, "
-          f"{args.jobs} at a time; load {os.getloadavg()[0]:.2f} at start", flush=True)
+          f"the runs' CPU class {capability}, {args.jobs} at a time; this machine: "
+          f"{machine_line()}", flush=True)
     threads = 1 if args.jobs > 1 else None
     results = []
     with ThreadPoolExecutor(args.jobs) as pool:  # each seed's line as soon as it is done
@@ -96,7 +95,7 @@ def main() -> int:
             else:
                 print(f"seed {r['seed']}: {100 * r['before']:.1f}% -> {100 * r['after']:.1f}% "
                       f"({r['gain']:+.1f} points) after {r['steps']} steps in "
-                      f"{r['seconds']:.0f} s; load {os.getloadavg()[0]:.2f}", flush=True)
+                      f"{r['seconds']:.0f} s; load {load_text()}", flush=True)
     ok = [r for r in results if "error" not in r]
     if ok:
         def span(key, scale=1.0, fmt="{:.1f}"):
@@ -104,7 +103,7 @@ def main() -> int:
             return f"{fmt.format(min(values))}-{fmt.format(max(values))}"
         print(f"over seeds {[r['seed'] for r in ok]}: before {span('before', 100)} %, after "
               f"{span('after', 100)} %, gain {span('gain')} points, {span('seconds', fmt='{:.0f}')}"
-              f" s; load {os.getloadavg()[0]:.2f} at the end")
+              f" s; load {load_text()} at the end")
     short = [r["seed"] for r in ok if r["gain"] < args.aim]
     print(f"seeds short of +{args.aim:.0f} points: {short or 'none'}")
     return 1 if short or len(ok) < len(results) else 0

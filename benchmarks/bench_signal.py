@@ -19,23 +19,17 @@ on the machine slow every run down, but do not change the numbers: they depend o
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 import time
 
-import torch
+from harness import load_text, machine_line
 
 import rlnb
 from rlnb.engine.inspection.signal_check import signal_check
 from rlnb.engine.trainers.base import isolated_rng
-from rlnb.engine.trainers.loops import make_trainer
 from rlnb.engine.trainers.rollout import groups_with_signal, sample_and_score
-from rlnb.run.store.warm_start_cache import cached_warm_start
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+from rlnb.run.training.warm_trainer import trainer_with_warm_start
 
 
 def measure(seed: int, G: int, steps: int, samples: int, quick: bool) -> dict:
@@ -43,9 +37,7 @@ def measure(seed: int, G: int, steps: int, samples: int, quick: bool) -> dict:
     if quick:
         overrides += ["sft.max_steps=20", "sft.stop_at_accuracy=null"]
     config = rlnb.load_config(None, overrides, preset="fast" if quick else None)
-    trainer = make_trainer(config)
-    if config.sft.enabled:
-        cached_warm_start(trainer, config.sft, log=lambda *a: None)
+    trainer, _ = trainer_with_warm_start(config)
     loop = config.grpo
     P = loop.num_prompts_per_step
     report = signal_check(trainer, num_prompts=steps * P, samples=samples)
@@ -78,7 +70,7 @@ def main() -> None:
     if args.quick:
         args.steps = 3
     start, rows = time.perf_counter(), []
-    print(f"load average before: {load()}  (threads: {torch.get_num_threads()})", flush=True)
+    print(machine_line(), flush=True)
     for seed in args.seeds:
         for G in args.group_sizes:
             row = measure(seed, G, args.steps, args.samples, args.quick)
@@ -92,7 +84,7 @@ def main() -> None:
         print(f"| {r['seed']} | {r['G']} | {r['predicted']:.3f} | {r['starting policy']:.3f} | "
               f"{r['measured (first 10)']:.3f} | {r['measured (all)']:.3f} | {r['mean p']:.3f} |")
     print(f"\ncommand: python {' '.join(shlex.quote(a) for a in sys.argv)}")
-    print(f"wall time: {time.perf_counter() - start:.0f} s; load average after: {load()}")
+    print(f"wall time: {time.perf_counter() - start:.0f} s; load average after: {load_text()}")
 
 
 if __name__ == "__main__":

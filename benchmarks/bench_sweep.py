@@ -27,7 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import ROOT, load_text, machine_line
+
 MODES = {
     "serial": [],
     "serial1": ["--cpus-per-run", "1"],
@@ -36,17 +37,13 @@ MODES = {
 }
 
 
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def run_mode(mode: str, notebook: Path, points: int, work: Path) -> dict:
     root = work / f"sweep-{mode}"
     seeds = ",".join(str(s) for s in range(points))
     cmd = [sys.executable, "-m", "rlnb.cli", "sweep", str(notebook), "-p", "fast", "true",
            "-p", "seed", seeds, "--root", str(root), *MODES[mode]]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    before = load()
+    before = load_text()
     t0 = time.perf_counter()
     first_start = last_end = None
     proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE,
@@ -66,7 +63,8 @@ def run_mode(mode: str, notebook: Path, points: int, work: Path) -> dict:
     runs = json.loads((root / "sweep.json").read_text())["runs"]
     per_point = [r["seconds"] for r in runs]
     return {"mode": mode, "wall": wall, "startup": first_start, "tail": wall - last_end,
-            "point": sum(per_point) / len(per_point), "load_before": before, "load_after": load()}
+            "point": sum(per_point) / len(per_point), "load_before": before,
+            "load_after": load_text()}
 
 
 def main() -> None:
@@ -78,7 +76,7 @@ def main() -> None:
                         default=ROOT / "notebooks" / "01_grpo_step_by_step.ipynb")
     args = parser.parse_args()
     print(f"{args.points}-point sweep of {args.notebook.name} (fast=true), "
-          f"{os.cpu_count()} CPU cores, load average (1, 5, 15 min) at start: {load()}")
+          f"{machine_line()}")
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         for mode in args.modes:

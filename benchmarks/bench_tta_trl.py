@@ -45,22 +45,14 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench_vs_trl import (
-    RESULT,
-    ensure_trl_venv,
-    load_text,
-    print_trl_config,
-    trl_config_record,
-    worker_env,
-)
+from bench_vs_trl import ensure_trl_venv, print_trl_config, trl_config_record
+from harness import ROOT, busy, call_worker, load_text, machine_line, serve_worker, worker_env
 
-ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))  # tools/tta_svg.py draws the curves
 from tta_svg import write_curves_svg  # noqa: E402
 
@@ -277,32 +269,22 @@ def trl_mapping(cfg) -> tuple[dict, list[tuple[str, str]], list[str]]:
 
 
 # ---------------------------------------------------------------------------- the driver
-def run_worker(python: Path, side: str, spec: dict, folder: str) -> tuple[dict, tuple, tuple]:
-    """One side's run in a fresh process (its spec in a file); the load average around it."""
-    spec_file = os.path.join(folder, f"spec_{side}.json")
-    Path(spec_file).write_text(json.dumps(spec))
-    before = os.getloadavg()
-    cmd = [str(python), str(Path(__file__).resolve()), "--worker", side, "--spec", spec_file]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=worker_env(spec["threads"]),
-                          cwd=ROOT)
-    lines = [x for x in proc.stdout.splitlines() if x.startswith(RESULT)]
-    if proc.returncode or not lines:
-        print(proc.stdout[-3000:] + proc.stderr[-6000:], file=sys.stderr)
-        sys.exit(f"{side} (seed {spec['seed']}): the worker failed (exit {proc.returncode})")
-    return json.loads(lines[-1][len(RESULT):]), before, os.getloadavg()
+def run_worker(python: Path, side: str, spec: dict) -> tuple[dict, tuple, tuple]:
+    """One side's run in a fresh process; the load average around it."""
+    run = call_worker(__file__, [side], spec, label=f"{side} (seed {spec['seed']})",
+                      python=python, env=worker_env(spec["threads"]))
+    return run.result, run.load_before, run.load_after
 
 
 def prepare_start(seed: int, folder: str, log) -> dict:
     """rlnb's default warm start for ``seed`` (cached), saved to ``folder``; its accuracy as the
     warm-started trainer itself measures it (``Trainer.validate`` at step 0)."""
     from rlnb.engine.models.tiny import save_tiny
-    from rlnb.engine.trainers.grpo import GRPOTrainer
     from rlnb.run.config.master_config import load_config
-    from rlnb.run.store.warm_start_cache import cached_warm_start
+    from rlnb.run.training.warm_trainer import trainer_with_warm_start
 
     cfg = load_config(str(CONFIG), [f"grpo.seed={seed}"])
-    trainer = GRPOTrainer(cfg)
-    info = cached_warm_start(trainer, cfg.sft, log=log)
+    trainer, info = trainer_with_warm_start(cfg, log=log)
     save_tiny(trainer.policy.model, trainer.policy.tokenizer, folder)
     return {"warm_start": {k: info.get(k) for k in ("steps", "probe_accuracy", "cached", "path")},
             "accuracy": trainer.validate()["validation/accuracy"]}
@@ -365,7 +347,7 @@ def bench_seed(seed: int, args, trl_python: Path, cfg, mapped: dict, first: bool
             snap_dir = os.path.join(tmp, f"snap_{side}")
             os.makedirs(snap_dir)
             python = trl_python if side == "trl" else Path(sys.executable)
-            out, before, after = run_worker(python, side, {**spec, "snap_dir": snap_dir}, tmp)
+            out, before, after = run_worker(python, side, {**spec, "snap_dir": snap_dir})
             curve = score_snapshots(spec, out["index"])
             results[side], outs[side] = summarize(curve, out, before, after), out
             r = results[side]
@@ -451,8 +433,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         fn = worker_rlnb if args.worker == "rlnb" else worker_trl
-        spec = json.loads(Path(args.spec).read_text())
-        print(RESULT + json.dumps(fn(spec), default=str), flush=True)
+        serve_worker(fn, args.spec)
         return
     if args.quick:
         args.seeds, args.max_steps, args.val_period = [0], 4, 2
@@ -473,11 +454,10 @@ def main() -> None:
     cfg = load_config(str(CONFIG))
     mapped, pairs, unmapped = trl_mapping(cfg)
     print(f"time to accuracy, rlnb (configs/tiny.yaml) vs TRL GRPOTrainer, CPU, {args.threads} "
-          f"threads, {os.cpu_count()} CPUs, load average {load_text(os.getloadavg())}; seeds "
-          f"{args.seeds}; up to {args.minutes:g} training minutes or "
-          f"{args.max_steps or cfg.grpo.max_num_steps} rollouts per side; rlnb: torch "
-          f"{torch.__version__}, {sys.executable}; TRL: {trl_python}")
-    if os.getloadavg()[0] > 1.0:
+          f"threads per side ({machine_line()}); seeds {args.seeds}; up to {args.minutes:g} "
+          f"training minutes or {args.max_steps or cfg.grpo.max_num_steps} rollouts per side; "
+          f"rlnb: {sys.executable}; TRL: {trl_python}")
+    if busy():
         print("  WARNING: other processes are running: the seconds below are not reliable")
     print("rlnb's recipe in TRL's terms:")
     for ours, theirs in pairs:

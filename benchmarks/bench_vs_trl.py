@@ -62,8 +62,6 @@ pip); ``.venv-trl/`` is git-ignored. Sizes are PxGxR: prompts x generations x ne
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -72,10 +70,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT, busy, call_worker, load_text, machine_line, serve_worker, worker_env
+
 TARGET = 1.5  # TRL seconds per step / rlnb seconds per step
 WARMUP = 2  # steps dropped at the start of every run
-RESULT = "BENCH_RESULT "  # prefix of the line a worker prints its measurements on
 # --lora: the same adapters on both sides (rlnb's overrides; peft.LoraConfig's arguments)
 LORA_RLNB = ["policy.lora.enabled=true", "policy.lora.dim=8", "policy.lora.alpha=32",
              "policy.lora.dropout=0"]
@@ -94,10 +92,6 @@ def parse_size(text: str) -> tuple[int, int, int]:
     if min(p, g, r) < 1 or g < 2:
         raise argparse.ArgumentTypeError(f"{text}: P, R >= 1 and G >= 2 (a group baseline)")
     return p, g, r
-
-
-def load_text(load: tuple[float, float, float]) -> str:
-    return " ".join(f"{x:.2f}" for x in load)
 
 
 # ---------------------------------------------------------------------------- workers
@@ -317,32 +311,15 @@ def ensure_trl_venv(venv: Path, lora: bool = False) -> Path:
     return python
 
 
-def worker_env(threads: int) -> dict:
-    """The environment of a worker process: ``threads`` OpenMP threads, everything offline."""
-    t = str(threads)
-    return {**os.environ, "OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-
-
 def run_worker(python: Path, side: str, spec: dict, label: str) -> dict:
     """One measured run in a fresh process; prints the load average around it."""
-    env = worker_env(spec["threads"])
-    before = os.getloadavg()
-    t0 = time.perf_counter()
-    cmd = [str(python), str(Path(__file__).resolve()), "--worker", side, "--spec", json.dumps(spec)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    after = os.getloadavg()
-    lines = [x for x in proc.stdout.splitlines() if x.startswith(RESULT)]
-    if proc.returncode or not lines:
-        print(proc.stdout[-3000:] + proc.stderr[-6000:], file=sys.stderr)
-        sys.exit(f"{label}: the worker failed (exit {proc.returncode})")
-    out = json.loads(lines[-1][len(RESULT):])
-    kept = out["step_s"][WARMUP:]
-    print(f"  {label:<22} load {load_text(before)} -> {load_text(after)}; "
+    run = call_worker(__file__, [side], spec, label=label, python=python,
+                      env=worker_env(spec["threads"]))
+    kept = run.result["step_s"][WARMUP:]
+    print(f"  {label:<22} load {load_text(run.load_before)} -> {load_text(run.load_after)}; "
           f"{len(kept)} steps, median {statistics.median(kept):.3f} s "
-          f"(process {time.perf_counter() - t0:.0f} s)", flush=True)
-    return out
+          f"(process {run.seconds:.0f} s)", flush=True)
+    return run.result
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -489,12 +466,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         fn = worker_rlnb if args.worker == "rlnb" else worker_trl
-        print(RESULT + json.dumps(fn(json.loads(args.spec)), default=str), flush=True)
+        serve_worker(fn, args.spec)
         return
     if args.steps <= WARMUP + 1:
         parser.error(f"--steps must exceed {WARMUP + 1} (the first {WARMUP} are warm-up)")
-
-    import torch
 
     from rlnb.engine.models.generation import GenerationConfig
 
@@ -509,10 +484,9 @@ def main() -> None:
             print("this rlnb has no policy.generation.sampler: no sampler=generate row")
     what = "LoRA adapters (rank 8, alpha 32, all linear)" if args.lora else "every weight"
     print(f"training {what} of the {args.model} model ({MODELS[args.model] or 'defaults'})")
-    print(f"GRPO step, rlnb vs TRL, on CPU ({args.threads} threads, {os.cpu_count()} CPUs, "
-          f"load average {load_text(os.getloadavg())}); rlnb: torch {torch.__version__}, "
-          f"{sys.executable}; TRL: {trl_python}")
-    if os.getloadavg()[0] > 1.0:
+    print(f"GRPO step, rlnb vs TRL, on CPU, {args.threads} threads per worker ({machine_line()}); "
+          f"rlnb: {sys.executable}; TRL: {trl_python}")
+    if busy():
         print("  WARNING: other processes are running; both sides alternate, but with OpenMP "
               "threads competing for the cores small ops slow down many-fold, so the timings "
               "below are not reliable (--threads 1 is less affected)")

@@ -14,21 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 
-import torch
+from harness import load_text, machine_line
 
-from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.run.config.master_config import load_config
-from rlnb.run.store.warm_start_cache import cached_warm_start
+from rlnb.run.training.warm_trainer import trainer_with_warm_start
 
 
 def run(config: str, overrides: list[str], seed: int, steps: int, val_every: int) -> dict:
     cfg = load_config(config, [f"grpo.seed={seed}", "grpo.val_period=0", *overrides])
-    trainer = GRPOTrainer(cfg)
-    start = time.perf_counter()
-    ws = cached_warm_start(trainer, cfg.sft, log=lambda *a: None)
+    start = time.perf_counter()  # (the trainer's build counts in the warm start's time)
+    trainer, ws = trainer_with_warm_start(cfg)
     warm_s = time.perf_counter() - start
     before = trainer.validate()["validation/accuracy"]
     curve, train_s = [], 0.0
@@ -53,8 +50,7 @@ def main() -> None:
                         help="a name, then comma-separated overrides (empty: the base config)")
     parser.add_argument("--out", default=None, help="append each result as a JSON line here")
     args = parser.parse_args()
-    print(f"recipe sweep: {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}",
-          flush=True)
+    print(f"recipe sweep: {machine_line()}", flush=True)
     for variant in args.variant:
         name, _, spec = variant.partition("=")
         overrides = [o for o in spec.split(",") if o]
@@ -63,7 +59,7 @@ def main() -> None:
             gains = " ".join(f"{s}:{100 * (a - r['before']):+.0f}" for s, _, a in r["curve"])
             print(f"{name:>14} seed {seed}: before {100 * r['before']:.1f}% | {gains} | "
                   f"{1000 * r['s_per_step']:.0f} ms/step, warm start {r['warm_steps']} steps "
-                  f"{r['warm_s']:.0f}s | load {os.getloadavg()[0]:.1f}", flush=True)
+                  f"{r['warm_s']:.0f}s | load {load_text()}", flush=True)
             if args.out:
                 with open(args.out, "a") as f:
                     f.write(json.dumps({"variant": name, "overrides": overrides, **r}) + "\n")

@@ -42,6 +42,7 @@ _LAZY = {
     "UpdateResult": "rlnb.engine.data.batches",
     "StepMetrics": "rlnb.engine.data.batches",
     "TrainingRun": "rlnb.run.training.session",
+    "trainer_with_warm_start": "rlnb.run.training.warm_trainer",
     "auto_accelerator": "rlnb.run.training.accelerator",
     "MasterConfig": "rlnb.run.config.master_config",
     "load_config": "rlnb.run.config.master_config",

@@ -44,6 +44,8 @@ def register_estimator(name: str, cls: type) -> None:
     ``compute_advantage`` and a ``loop`` attribute (``"grpo"`` or ``"ppo"``); subclass
     ``GRPOAdvantageEstimator`` (or ``GeneralizedAdvantageEstimator``) to inherit the call
     contract and the default capabilities."""
+    if name in BUILT_IN and ADVANTAGE_ESTIMATORS[name] is not cls:  # a plug-in's own entry only
+        raise ValueError(f"estimator {name!r} is built in; register yours under another name")
     if not callable(getattr(cls, "compute_advantage", None)):
         raise TypeError(f"estimator {name!r}: {cls!r} has no compute_advantage method")
     if getattr(cls, "loop", None) not in ESTIMATOR_LOOPS:
@@ -110,3 +112,4 @@ ADVANTAGE_ESTIMATORS: dict[str, type] = {
     "gae": GeneralizedAdvantageEstimator,
     "raw_reward": RawRewardAdvantageEstimator,
 }
+BUILT_IN = frozenset(ADVANTAGE_ESTIMATORS)  # the package's, which register_estimator never replaces

@@ -165,17 +165,13 @@ def warm_trainer(*, seed: int = 0, fast: bool = False, overrides: Sequence[str] 
                  config: str | None = None):
     """A warm-started trainer of the tiny model (the warm start cached on disk), writing
     nothing: for the exercises' cells that look at one real batch."""
-    from rlnb.engine.trainers.loops import make_trainer
     from rlnb.run.config.master_config import load_config, packaged_config
-    from rlnb.run.store.warm_start_cache import cached_warm_start
+    from rlnb.run.training.warm_trainer import trainer_with_warm_start
 
     cfg = load_config(packaged_config(config) if config else None,
                       [f"{seed_section(config)}.seed={seed}", *overrides],
                       preset="fast" if fast else None)
-    trainer = make_trainer(cfg)
-    if cfg.sft.enabled:
-        cached_warm_start(trainer, cfg.sft, log=lambda *_: None)
-    return trainer
+    return trainer_with_warm_start(cfg)[0]
 
 
 def seed_section(config: str | None) -> str:

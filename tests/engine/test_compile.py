@@ -236,13 +236,17 @@ def test_a_second_process_loads_the_compiled_code_from_disk(tmp_path_factory):
     here = [numeric(m) for *_, m in run_steps(make_trainer("llama", "policy.compile.enabled=true"))]
     assert list((cache / "compile").iterdir())  # under $RLNB_CACHE_DIR/compile
     there, err = run_process(cache, "llama", "policy.compile.enabled=true")
-    assert err == ""
+    # (each message says what the second process saw: a failure in CI is read from its log)
+    seen = f"inductor {there['inductor']}, aot {there['aot']}, stderr {err[-2000:]!r}"
+    assert err == "", seen
     # the forward and backward of the update and the decode step (three graphs at least): the
     # second process generated none of them, it found every one on disk
-    assert there["inductor"].get("fxgraph_cache_miss", 0) == 0
-    assert there["inductor"].get("fxgraph_cache_hit", 0) >= 3
-    assert there["aot"].get("autograd_cache_hit", 0) >= 1
-    assert there["steps"] == here  # the loaded code computes what the compiled did
+    assert there["inductor"].get("fxgraph_cache_miss", 0) == 0, seen
+    assert there["inductor"].get("fxgraph_cache_hit", 0) >= 3, seen
+    assert there["aot"].get("autograd_cache_hit", 0) >= 1, seen
+    differ = [(i, k, v, there["steps"][i].get(k)) for i, step in enumerate(here)
+              for k, v in step.items() if there["steps"][i].get(k) != v]
+    assert not differ, f"(step, metric, here, there) that differ: {differ[:10]}; {seen}"
 
 
 def adamw_steps(**implementation) -> list[torch.Tensor]:

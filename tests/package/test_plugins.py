@@ -413,3 +413,32 @@ def test_registering_something_that_is_not_one_is_refused():
     with pytest.raises(TypeError, match=r"declares \['correct_reward'\], which the data section"):
         register_task("x", Clash)
     assert "x" not in TASKS
+
+
+def test_a_plug_in_cannot_replace_a_built_in_part():
+    """Each registry refuses another class under a built-in name (a typo'd plug-in would
+    otherwise change what every config naming that part trains); the same class again, as a
+    re-run cell registers it, is accepted."""
+    from rlnb.engine.environments.generated import AdditionTask
+    from rlnb.engine.models.generation import GENERATION_BACKENDS, register_generation_backend
+    from rlnb.engine.models.hf_backend import HFGenerationBackend
+
+    class MyAddition(AdditionTask):
+        pass
+
+    class MyHF(HFGenerationBackend):
+        pass
+
+    class MyGRPO(rlnb.GRPOAdvantageEstimator):
+        pass
+
+    with pytest.raises(ValueError, match="task 'addition' is built in"):
+        register_task("addition", MyAddition)
+    with pytest.raises(ValueError, match="generation backend 'hf' is built in"):
+        register_generation_backend("hf", MyHF)
+    with pytest.raises(ValueError, match="estimator 'grpo' is built in"):
+        rlnb.register_estimator("grpo", MyGRPO)
+    assert TASKS["addition"] is AdditionTask and GENERATION_BACKENDS["hf"] is HFGenerationBackend
+    assert ADVANTAGE_ESTIMATORS["grpo"] is rlnb.GRPOAdvantageEstimator
+    register_task("addition", AdditionTask)  # the same class: nothing changes
+    assert TASKS["addition"] is AdditionTask

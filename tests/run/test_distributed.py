@@ -160,7 +160,8 @@ def test_fsdp_config_builds_accelerates_plugin(monkeypatch):
     assert plugin.transformer_cls_names_to_wrap == ["LlamaDecoderLayer"]
     assert plugin.auto_wrap_policy.__name__ == "transformer_auto_wrap_policy"
     # the class to wrap is the tiny model's block
-    from rlnb.engine.models.policy import PolicyConfig, load_model_and_tokenizer
+    from rlnb.engine.models.loading import load_model_and_tokenizer
+    from rlnb.engine.models.policy import PolicyConfig
 
     model, _ = load_model_and_tokenizer(PolicyConfig(tiny={"hidden_size": 16, "num_hidden_layers": 1}))
     assert "LlamaDecoderLayer" in {type(m).__name__ for m in model.modules()}

@@ -232,6 +232,9 @@ def jupyter_lab(workdir: Path, *, timeout: float = 120.0,
 # --- browser
 
 
+ACTION_TIMEOUT_MS = 120_000
+
+
 @contextmanager
 def chromium(profile_dir: Path, *, executable: str | None = None,
              viewport: tuple[int, int] = (1400, 1000)) -> Iterator[BrowserContext]:
@@ -246,6 +249,10 @@ def chromium(profile_dir: Path, *, executable: str | None = None,
             str(profile_dir), executable_path=executable, headless=True, args=CHROMIUM_ARGS,
             viewport={"width": viewport[0], "height": viewport[1]},
         )
+        # an action (a click, a fill) waits up to this long for the page to take it: Playwright's
+        # 30 s default was once too short in CI, where a click into a cell while Run N redrew the
+        # plots every step waited past it (2 test workers and the tiers' pip builds on 2 cores)
+        context.set_default_timeout(ACTION_TIMEOUT_MS)
         try:
             yield context
         finally:

@@ -62,12 +62,15 @@ TASKS: dict[str, type[Task]] = {
     "math": MathTask,
     "dataset": DatasetTask,
 }
+BUILT_IN = frozenset(TASKS)  # the package's tasks, which register_task refuses to replace
 
 
 def register_task(name: str, cls: type[Task]) -> None:
     """Make ``data.name: <name>`` build ``cls``: a ``Task`` subclass whose ``Settings`` (a pydantic
     model; ``base.TaskSettings`` unless it declares its own) are the ``data`` keys it reads, each
     taken by its constructor by name."""
+    if name in BUILT_IN and TASKS[name] is not cls:  # a plug-in may replace its own entry only
+        raise ValueError(f"task {name!r} is built in; register yours under another name")
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise TypeError(f"task {name!r}: a task is a Task subclass, got {cls!r}")
     settings = getattr(cls, "Settings", None)

@@ -62,6 +62,9 @@ def make_generation_backend(model, tokenizer, config: GenerationConfig, max_prom
 def register_generation_backend(name: str, cls: type[GenerationBackend]) -> None:
     """Make ``policy.generation.backend: <name>`` build ``cls(model, tokenizer, config,
     max_prompt_length)`` (a ``GenerationBackend`` subclass)."""
+    if name in BUILT_IN and GENERATION_BACKENDS[name] is not cls:
+        raise ValueError(f"generation backend {name!r} is built in; register yours under "
+                         "another name")
     if not (isinstance(cls, type) and issubclass(cls, GenerationBackend)):
         raise TypeError(f"a generation backend is a GenerationBackend subclass, got {cls!r}")
     GENERATION_BACKENDS[name] = cls
@@ -72,3 +75,4 @@ GENERATION_BACKENDS: dict[str, type[GenerationBackend]] = {
     "hf": HFGenerationBackend,
     "vllm": VLLMGenerationBackend,
 }
+BUILT_IN = frozenset(GENERATION_BACKENDS)  # which register_generation_backend never replaces

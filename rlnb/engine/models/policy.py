@@ -4,8 +4,7 @@
 
 Implementation choices (docs/algorithms.md#masked-helpers-and-reductions):
 1) Any causal LM by hub id or local path (``policy.model_name``); ``"tiny"`` builds the embedded
-   character-level Llama (``tiny.py``). A local path loads offline; a missing path or an
-   unreachable hub id fails with the config key in the message.
+   character-level Llama (``tiny.py``); both load in ``loading.py``.
 2) Log-probs use the *stored* layout: ``[B, S]`` with index t = log-prob of token t and index 0
    = 0, computed in float32 from logits divided by the sampling temperature (so they match the
    generation log-probs), in micro-batches of ``logprob_batch_size`` without gradient.
@@ -32,7 +31,6 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Literal
 
 import torch
@@ -43,8 +41,8 @@ from rlnb.algorithms.reduction import combine_metrics, global_valid_counts, sum_
 from rlnb.config import Config
 from rlnb.engine.models.compile_config import CompileConfig, check_compile_applies
 from rlnb.engine.models.generation import GenerationConfig
-from rlnb.engine.models.lora import LoraConfig, adapters_disabled, add_adapters, has_adapters
-from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
+from rlnb.engine.models.loading import load_model_and_tokenizer
+from rlnb.engine.models.lora import LoraConfig, adapters_disabled, has_adapters
 from rlnb.engine.runtime.distributed import Distributed
 
 
@@ -133,43 +131,6 @@ class PolicyConfig(Config):
                 "difference")
         check_compile_applies(self.compile, self.generation.backend, self.generation.sampler)
         return self
-
-
-def load_model_and_tokenizer(cfg: PolicyConfig, seed: int = 0):
-    """Build the tiny model or load a Hugging Face causal LM + tokenizer (offline for paths)."""
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.precision]
-    if cfg.model_name == "tiny":
-        tokenizer = build_char_tokenizer()
-        t = cfg.tiny
-        model = build_tiny_llama(
-            len(tokenizer),
-            hidden_size=t.hidden_size,
-            num_hidden_layers=t.num_hidden_layers,
-            num_attention_heads=t.num_attention_heads,
-            intermediate_size=t.intermediate_size,
-            max_position_embeddings=max(256, cfg.max_total_sequence_length),
-            seed=seed,
-        )
-        return add_adapters(model.to(dtype), cfg.lora, seed=seed), tokenizer  # (if enabled)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    name = cfg.model_name
-    looks_local = name.startswith((".", "/", "~")) or Path(name).expanduser().exists()
-    if looks_local and not Path(name).expanduser().is_dir():
-        raise ValueError(f"policy.model_name: no model folder at {name!r}")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer_name or name)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **cfg.lora.qlora(dtype))
-    except (OSError, ValueError) as err:
-        raise ValueError(
-            f"policy.model_name: cannot load {name!r} ({type(err).__name__}: {err}). A hub id "
-            "needs network access or a populated Hugging Face cache; a local path must hold "
-            "config.json and the weights."
-        ) from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token  # decoder-only models often ship without one
-    tokenizer.padding_side = "left"
-    return add_adapters(model, cfg.lora, seed=seed), tokenizer
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""What every training loop shares: its parts, its data stream, validation, the loop, its state.
+"""What every training loop shares: its parts, its data stream, validation, the loop (its save
+state: ``save_state.py``).
 
     trainer = GRPOTrainer(config)             # a loop = this base + its stage methods
     for metrics in trainer.train(100): ...    # one StepMetrics per step (plus validation)
@@ -50,6 +51,7 @@ from rlnb.engine.trainers.rollout import (
     outcome_metrics,
     sample_and_score,
 )
+from rlnb.engine.trainers.save_state import SaveState
 from rlnb.engine.trainers.views import PanelSpec, Stage, check_stages
 
 # stage 1 of every loop that samples and scores (``Trainer.rollout``), as the stepper shows it
@@ -74,7 +76,7 @@ def isolated_rng(seed: int, device: torch.device | None = None):
         yield
 
 
-class Trainer:
+class Trainer(SaveState):
     """The parts and plumbing of a loop; subclasses add the stages and ``step``.
 
     Args:
@@ -297,36 +299,3 @@ class Trainer:
                     ) -> dict[str, tuple[Any, Any]]:
         """Change hyperparameters between steps (see ``hyperparameters.reconfigure``)."""
         return reconfigure(self, overrides, dry_run=dry_run)
-
-    # ------------------------------------------------------------------ state
-    def state(self) -> dict[str, Any]:
-        """The save state (NeMo-RL's ``GRPOSaveState`` fields) plus the data position."""
-        return {
-            "current_step": self.step_count,
-            "total_steps": self.step_count,
-            "consumed_samples": self.consumed_prompts * self.loop_config.num_generations_per_prompt,
-            "current_epoch": 0,
-            "total_valid_tokens": self.total_valid_tokens,
-            "val_reward": self.last_validation.get("validation/accuracy"),
-            "data_position": {"consumed_prompts": self.consumed_prompts},
-        }
-
-    def checkpoint_parts(self) -> dict[str, tuple[Any, Any, Any]]:
-        """Trained modules besides the policy, as ``name -> (module, optimizer, scheduler)``,
-        for checkpoints (PPO: its critic). None here."""
-        return {}
-
-    def checkpoint_files(self) -> dict[str, Any]:
-        """Other state of the loop saved with a checkpoint, as ``name -> plain data`` (the
-        async loop's replay buffer). None here."""
-        return {}
-
-    def load_checkpoint_files(self, files: dict[str, Any]) -> None:
-        """Restore what ``checkpoint_files`` saved (called after ``load_state``)."""
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        self.step_count = state["current_step"]
-        self.total_valid_tokens = state["total_valid_tokens"]
-        self.consumed_prompts = state["data_position"]["consumed_prompts"]
-        if state.get("val_reward") is not None:
-            self.last_validation = {"validation/accuracy": state["val_reward"]}

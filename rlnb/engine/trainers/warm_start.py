@@ -105,7 +105,8 @@ WEIGHT_CODE = (
     "rlnb.engine.trainers.grpo",  # the loop the warm start's trainer is
     "rlnb.engine.runtime.timing",  # the probe's stage timers
     "rlnb.engine.models.tiny",  # the embedded model's tokenizer and initial weights
-    "rlnb.engine.models.policy",  # model loading, forward_logprobs, sync_reference
+    "rlnb.engine.models.policy",  # forward_logprobs, sync_reference
+    "rlnb.engine.models.loading",  # the model and tokenizer loaded (or the tiny one built)
     "rlnb.engine.models.lora",  # LoRA runs: the adapters switched off while the base trains
     "rlnb.engine.models.generation",  # the generation backends by name
     "rlnb.engine.models.backend",  # prompt tokenisation, response masks

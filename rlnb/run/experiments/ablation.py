@@ -232,17 +232,13 @@ class InProcess:
 def train_point(parameters: Mapping[str, Any]) -> None:
     """A point's runner: train one (arm, seed) and write its ``metrics.jsonl`` and
     ``run.json`` into ``parameters["run_dir"]``."""
-    from rlnb.engine.trainers.loops import make_trainer
     from rlnb.run.config.master_config import load_config
-    from rlnb.run.store.warm_start_cache import cached_warm_start
+    from rlnb.run.training.warm_trainer import trainer_with_warm_start
 
     config = load_config(parameters["config"], parameters["overrides"],
                          preset=parameters["preset"])
-    trainer = make_trainer(config)
-    warm = None
+    trainer, warm = trainer_with_warm_start(config)
     try:
-        if config.sft.enabled:
-            warm = cached_warm_start(trainer, config.sft, log=lambda *a, **k: None)
         records = [plain(m) for m in trainer.train(parameters["steps"])]
     finally:
         trainer.close()
@@ -255,18 +251,14 @@ def train_point(parameters: Mapping[str, Any]) -> None:
 
 def _build_warm_starts(source, preset, plan: dict[str, list[list[str]]]) -> None:
     """Each seed's warm start, built (or found) once in this process (choice 3)."""
-    from rlnb.engine.trainers.loops import make_trainer
     from rlnb.run.config.master_config import load_config
-    from rlnb.run.store.warm_start_cache import cached_warm_start
+    from rlnb.run.training.warm_trainer import trainer_with_warm_start
 
     for overrides in next(iter(plan.values())):
         config = load_config(source, overrides, preset=preset)
         if config.sft.enabled and config.sft.cache:
-            trainer = make_trainer(config)
-            try:
-                cached_warm_start(trainer, config.sft, log=lambda *a, **k: None)
-            finally:
-                trainer.close()
+            trainer, _ = trainer_with_warm_start(config)
+            trainer.close()
 
 
 def ablate(arms: Mapping[str, Sequence[str] | Mapping[str, Any]], *,

@@ -3,6 +3,8 @@
 - ``session``: ``TrainingRun``: a trainer, its run directory, loggers, checkpoints and resume;
 - ``accelerator``: ``auto_accelerator`` (several processes), and which rank died;
 - ``verify``: ``rlnb verify``: reload a checkpoint, replay the next steps, compare;
+- ``warm_trainer``: ``trainer_with_warm_start``, a trainer with its (cached) warm start,
+  as every training path builds it;
 - ``timed``: ``train_for``: a wall-time budget, held-out accuracy measured off the clock.
 """
 

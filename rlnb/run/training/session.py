@@ -82,10 +82,9 @@ class TrainingRun:
         from rlnb.engine.environments.run_task import with_user_data
         from rlnb.engine.runtime.distributed import Distributed
         from rlnb.engine.trainers.loop_config import logprob_source
-        from rlnb.engine.trainers.loops import make_trainer
         from rlnb.run.store.loggers import make_loggers
         from rlnb.run.store.rundir import RunDir, first_missing
-        from rlnb.run.store.warm_start_cache import cached_warm_start
+        from rlnb.run.training.warm_trainer import trainer_with_warm_start
 
         path = Path(run_dir) if run_dir is not None else RunDir.new_default_path()
         if resume and not (path / RunDir.CONFIG).is_file():
@@ -109,16 +108,15 @@ class TrainingRun:
         self.path = path
         try:
             self.loggers = make_loggers(self.config.logger, self.run_dir) if self.run_dir else []
-            self.trainer = make_trainer(self.config, accelerator=accelerator, **user_data)
+            # the warm start is seeded by the loop's seed on its own random state: the same on
+            # every rank; only the main rank writes the cache and speaks
+            self.trainer, self.warm_start = trainer_with_warm_start(
+                self.config, progress=progress and self.dist.is_main,
+                log=log if self.dist.is_main else _quiet, write=self.dist.is_main,
+                accelerator=accelerator, **user_data)
             if self.dist.is_main:  # the choice made when the config loaded, said once
                 log(f"generation: policy.generation.backend={self.config.policy.generation.backend}"
                     f"; {logprob_source(self.trainer.loop_config)}")
-            self.warm_start = None
-            if self.config.sft.enabled:
-                # seeded by the loop's seed on its own random state: the same on every rank
-                self.warm_start = cached_warm_start(
-                    self.trainer, self.config.sft, progress=progress and self.dist.is_main,
-                    log=log if self.dist.is_main else _quiet, write=self.dist.is_main)
         except Exception:
             if self.run_dir is not None and created:  # leave nothing half-written behind
                 shutil.rmtree(created, ignore_errors=True)

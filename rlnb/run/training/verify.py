@@ -99,7 +99,6 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
     """Replay ``steps`` steps from the checkpoint at ``from_step`` (default: the earliest
     checkpoint; all logged steps after it) and compare them with what the run logged.
     ``user_data``: the ``reward_funcs``, ``train_dataset``, ... the run was handed in Python."""
-    from rlnb.engine.trainers.loops import make_trainer
     from rlnb.run.config.master_config import load_config
     from rlnb.run.store.checkpoint import (
         checkpoint_problem,
@@ -112,8 +111,8 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
     )
     from rlnb.run.store.rollout_store import RolloutStore
     from rlnb.run.store.rundir import RunDir, read_metrics_file
-    from rlnb.run.store.warm_start_cache import cached_warm_start
     from rlnb.run.training.session import rollout_table
+    from rlnb.run.training.warm_trainer import trainer_with_warm_start
 
     run_dir = Path(run_dir)
     if not (run_dir / RunDir.CONFIG).is_file():
@@ -142,9 +141,7 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
     if n < 1 or available[:n] != list(range(k + 1, k + 1 + n)):
         raise ValueError(f"--steps {n}: the run logged steps {available[:n] or 'none'} after "
                          f"checkpoint {k}; nothing to compare beyond them")
-    trainer = make_trainer(config, **user_data)
-    if config.sft.enabled:
-        cached_warm_start(trainer, config.sft, log=lambda *a: None)
+    trainer, _ = trainer_with_warm_start(config, **user_data)
     state = load_checkpoint(ckpts[k], model=trainer.policy.model,
                             optimizer=trainer.policy.optimizer,
                             scheduler=trainer.policy.scheduler, extra=trainer.checkpoint_parts())

@@ -1,0 +1,55 @@
+"""Where a policy's model and tokenizer come from (``policy.model_name``): ``"tiny"`` builds
+the embedded character-level Llama (``tiny.py``) from ``policy.tiny``; anything else is a Hugging
+Face causal LM by hub id or local path. A local path loads offline; a missing path or an
+unreachable hub id fails with the config key in the message. The tokenizer pads on the left
+(its EOS as the pad token when it has none), as generation needs.
+
+``Policy`` (``policy.py``) calls this once, when it is built; nothing here runs during a step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from rlnb.engine.models.lora import add_adapters
+from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
+
+
+def load_model_and_tokenizer(cfg, seed: int = 0):
+    """``(model, tokenizer)`` for ``cfg`` (a ``PolicyConfig``): the tiny model built, or a Hugging
+    Face causal LM and its tokenizer loaded (offline for paths), LoRA adapters added if enabled."""
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.precision]
+    if cfg.model_name == "tiny":
+        tokenizer = build_char_tokenizer()
+        t = cfg.tiny
+        model = build_tiny_llama(
+            len(tokenizer),
+            hidden_size=t.hidden_size,
+            num_hidden_layers=t.num_hidden_layers,
+            num_attention_heads=t.num_attention_heads,
+            intermediate_size=t.intermediate_size,
+            max_position_embeddings=max(256, cfg.max_total_sequence_length),
+            seed=seed,
+        )
+        return add_adapters(model.to(dtype), cfg.lora, seed=seed), tokenizer  # (if enabled)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = cfg.model_name
+    looks_local = name.startswith((".", "/", "~")) or Path(name).expanduser().exists()
+    if looks_local and not Path(name).expanduser().is_dir():
+        raise ValueError(f"policy.model_name: no model folder at {name!r}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer_name or name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **cfg.lora.qlora(dtype))
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"policy.model_name: cannot load {name!r} ({type(err).__name__}: {err}). A hub id "
+            "needs network access or a populated Hugging Face cache; a local path must hold "
+            "config.json and the weights."
+        ) from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token  # decoder-only models often ship without one
+    tokenizer.padding_side = "left"
+    return add_adapters(model, cfg.lora, seed=seed), tokenizer
