@@ -33,19 +33,18 @@ from rlnb.algorithms.gdpo import GDPOAdvantageEstimator
 from rlnb.algorithms.opd import OnPolicyDistillationAdvantageEstimator
 from rlnb.algorithms.reinforce_plus_plus import ReinforcePlusPlusAdvantageEstimator
 from rlnb.config import parse_config
+from rlnb.registry import claim
 
 ESTIMATOR_LOOPS = {"grpo": ("GRPO's loop", AdvEstimatorConfig, "grpo.adv_estimator"),
                    "ppo": ("PPO's loop", PPOAdvEstimatorConfig, "ppo.adv_estimator")}
 CAPABILITIES = ("needs_groups", "needs_critic", "kl_in_reward", "trainable")
 
 
-def register_estimator(name: str, cls: type) -> None:
+def register_estimator(name: str, cls: type, *, replace: bool = False) -> None:
     """Make ``<loop>.adv_estimator.name: <name>`` build ``cls``: a class with
     ``compute_advantage`` and a ``loop`` attribute (``"grpo"`` or ``"ppo"``); subclass
     ``GRPOAdvantageEstimator`` (or ``GeneralizedAdvantageEstimator``) to inherit the call
     contract and the default capabilities."""
-    if name in BUILT_IN and ADVANTAGE_ESTIMATORS[name] is not cls:  # a plug-in's own entry only
-        raise ValueError(f"estimator {name!r} is built in; register yours under another name")
     if not callable(getattr(cls, "compute_advantage", None)):
         raise TypeError(f"estimator {name!r}: {cls!r} has no compute_advantage method")
     if getattr(cls, "loop", None) not in ESTIMATOR_LOOPS:
@@ -56,7 +55,7 @@ def register_estimator(name: str, cls: type) -> None:
     missing = [c for c in CAPABILITIES if not isinstance(getattr(cls, c, None), bool)]
     if missing:
         raise TypeError(f"estimator {name!r}: {cls.__name__} must declare {missing} as booleans")
-    ADVANTAGE_ESTIMATORS[name] = cls
+    claim(ADVANTAGE_ESTIMATORS, "estimator", name, cls, replace=replace)
 
 
 def estimator_names(loop: str | None = None, **capabilities: bool) -> list[str]:
@@ -112,4 +111,3 @@ ADVANTAGE_ESTIMATORS: dict[str, type] = {
     "gae": GeneralizedAdvantageEstimator,
     "raw_reward": RawRewardAdvantageEstimator,
 }
-BUILT_IN = frozenset(ADVANTAGE_ESTIMATORS)  # the package's, which register_estimator never replaces

@@ -104,7 +104,7 @@ def format_summary(s: dict) -> str:
         f"  held-out accuracy  {pct(s['accuracy_before'])} -> {pct(s['accuracy_after'])}"
         + ("" if gain is None else f"  ({100 * gain:+.1f} points)"),
         f"  final train reward {s['final_reward']:.3f}",
-        f"  run directory      {s['run_dir']}  (config.yaml, metrics.jsonl, rollouts/, "
-        "checkpoints/)",
+        f"  run directory      {s['run_dir']}  (config.yaml, parts.json, metrics.jsonl, "
+        "rollouts/, checkpoints/)",
     ]
     return "\n".join(lines)

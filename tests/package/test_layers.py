@@ -10,6 +10,7 @@ from paths import ROOT
 # module prefix -> layer; a module may import its own layer and the ones below it only
 LAYERS = [
     ("rlnb.config", 0),  # the config base class: below everything
+    ("rlnb.registry", 0),  # the rule every registry of named parts follows
     ("rlnb.algorithms", 1),
     ("rlnb.engine", 2),
     ("rlnb.run", 3),

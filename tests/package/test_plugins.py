@@ -5,6 +5,7 @@ stepper and the dashboard show the new loop's own stages and panels, and a task 
 of its own is configured in the data section like a built-in one."""
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -343,8 +344,9 @@ def test_a_loop_whose_stages_do_not_fit_is_refused_when_defined():
         register_loop("x", dict)
     with pytest.raises(TypeError, match="first section"):
         register_loop("x", GRPOTrainer, ("ppo",))
-    with pytest.raises(ValueError, match="loop 'grpo' is built in"):
-        register_loop("grpo", GRPOTrainer)
+    with pytest.raises(ValueError, match=r"loop 'grpo' is taken by rlnb\.engine\.trainers\.grpo"
+                                         r"\.GRPOTrainer; register .*MyGRPO under another name"):
+        register_loop("grpo", type("MyGRPO", (GRPOTrainer,), {}))
     assert "x" not in LOOPS
 
 
@@ -415,10 +417,10 @@ def test_registering_something_that_is_not_one_is_refused():
     assert "x" not in TASKS
 
 
-def test_a_plug_in_cannot_replace_a_built_in_part():
-    """Each registry refuses another class under a built-in name (a typo'd plug-in would
-    otherwise change what every config naming that part trains); the same class again, as a
-    re-run cell registers it, is accepted."""
+def test_a_taken_name_is_refused_unless_replaced_on_purpose():
+    """Each registry refuses another class under a taken name, built in or a plug-in's, naming
+    the class that holds it (two plug-ins choosing one name say which came first); the same
+    definition again (a re-run cell) and replace=True (on purpose) are accepted."""
     from rlnb.engine.environments.generated import AdditionTask
     from rlnb.engine.models.generation import GENERATION_BACKENDS, register_generation_backend
     from rlnb.engine.models.hf_backend import HFGenerationBackend
@@ -432,13 +434,29 @@ def test_a_plug_in_cannot_replace_a_built_in_part():
     class MyGRPO(rlnb.GRPOAdvantageEstimator):
         pass
 
-    with pytest.raises(ValueError, match="task 'addition' is built in"):
+    taken = "is taken by {}; register {} under another name, or pass replace=True"
+    with pytest.raises(ValueError, match=re.escape("task 'addition' " + taken.format(
+            "rlnb.engine.environments.generated.AdditionTask",
+            f"{__name__}.{MyAddition.__qualname__}"))):
         register_task("addition", MyAddition)
-    with pytest.raises(ValueError, match="generation backend 'hf' is built in"):
+    with pytest.raises(ValueError, match="generation backend 'hf' is taken by rlnb.engine"):
         register_generation_backend("hf", MyHF)
-    with pytest.raises(ValueError, match="estimator 'grpo' is built in"):
+    with pytest.raises(ValueError, match="estimator 'grpo' is taken by rlnb.algorithms"):
         rlnb.register_estimator("grpo", MyGRPO)
     assert TASKS["addition"] is AdditionTask and GENERATION_BACKENDS["hf"] is HFGenerationBackend
     assert ADVANTAGE_ESTIMATORS["grpo"] is rlnb.GRPOAdvantageEstimator
     register_task("addition", AdditionTask)  # the same class: nothing changes
+    # a plug-in's name: a second plug-in is refused, the first one's cell run again is not
+    register_task("rlnb_test_words", MyAddition)
+    again = type("MyAddition", (AdditionTask,), {"__qualname__": MyAddition.__qualname__,
+                                                   "__module__": MyAddition.__module__})
+    register_task("rlnb_test_words", again)
+    with pytest.raises(ValueError, match="task 'rlnb_test_words' is taken by .*MyAddition"):
+        register_task("rlnb_test_words", AdditionTask)
+    try:  # on purpose
+        register_task("addition", MyAddition, replace=True)
+        assert TASKS["addition"] is MyAddition
+    finally:
+        register_task("addition", AdditionTask, replace=True)
+        del TASKS["rlnb_test_words"]
     assert TASKS["addition"] is AdditionTask

@@ -225,3 +225,40 @@ def test_verify_reports_bit_exact_then_the_first_difference(tmp_path, capsys):
     report = verify_run(tmp_path / "run", log=lambda *a: None)
     assert report.first_difference == "step 4, rollouts: reward differs", report
     assert [r["rollouts"] for r in report.rows] == ["same", "reward differs"]
+
+
+def test_the_run_records_which_class_ran_under_each_name(tmp_path):
+    """parts.json names the class behind each registered name the config uses; a resume under a
+    part replaced on purpose (register_*(..., replace=True)) says which changed, and records it."""
+    from rlnb.algorithms.advantages import GRPOAdvantageEstimator
+    from rlnb.algorithms.estimators import register_estimator
+
+    lines = []
+    run = TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "run", progress=False,
+                      log=lines.append)
+    list(run.steps(2))
+    parts = json.loads((tmp_path / "run" / "parts.json").read_text())
+    assert parts == {
+        "algorithm=grpo": "rlnb.engine.trainers.grpo.GRPOTrainer",
+        "grpo.adv_estimator.name=grpo": "rlnb.algorithms.advantages.GRPOAdvantageEstimator",
+        "data.name=addition": "rlnb.engine.environments.generated.AdditionTask",
+        "policy.generation.backend=hf": "rlnb.engine.models.hf_backend.HFGenerationBackend",
+    }
+
+    class Replacement(GRPOAdvantageEstimator):
+        pass
+
+    register_estimator("grpo", Replacement, replace=True)
+    try:
+        lines.clear()
+        TrainingRun(None, overrides=SMALL, run_dir=tmp_path / "run", resume=True, progress=False,
+                    log=lines.append)
+    finally:
+        register_estimator("grpo", GRPOAdvantageEstimator, replace=True)
+    changed = [x for x in lines if x.startswith("parts.json:")]
+    assert changed == [
+        "parts.json: the run now uses other classes under the same names: "
+        "grpo.adv_estimator.name=grpo: rlnb.algorithms.advantages.GRPOAdvantageEstimator -> "
+        f"{__name__}.{Replacement.__qualname__}"], lines
+    recorded = json.loads((tmp_path / "run" / "parts.json").read_text())
+    assert recorded["grpo.adv_estimator.name=grpo"].endswith("Replacement")

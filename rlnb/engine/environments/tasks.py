@@ -52,6 +52,7 @@ from rlnb.engine.environments.math_task import MathTask
 from rlnb.engine.environments.prompts import format_prompt  # noqa: F401 (its old home)
 from rlnb.engine.environments.reverse import ReverseTask
 from rlnb.engine.environments.user_data import DatasetTask
+from rlnb.registry import claim
 
 # the registry (name -> Task class): ``data.name`` picks one; its ``Settings`` are the ``data``
 # keys it reads (choice 1)
@@ -62,15 +63,13 @@ TASKS: dict[str, type[Task]] = {
     "math": MathTask,
     "dataset": DatasetTask,
 }
-BUILT_IN = frozenset(TASKS)  # the package's tasks, which register_task refuses to replace
 
 
-def register_task(name: str, cls: type[Task]) -> None:
+def register_task(name: str, cls: type[Task], *, replace: bool = False) -> None:
     """Make ``data.name: <name>`` build ``cls``: a ``Task`` subclass whose ``Settings`` (a pydantic
     model; ``base.TaskSettings`` unless it declares its own) are the ``data`` keys it reads, each
-    taken by its constructor by name."""
-    if name in BUILT_IN and TASKS[name] is not cls:  # a plug-in may replace its own entry only
-        raise ValueError(f"task {name!r} is built in; register yours under another name")
+    taken by its constructor by name. A name another task holds is refused unless ``replace``
+    (``rlnb.registry.claim``)."""
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise TypeError(f"task {name!r}: a task is a Task subclass, got {cls!r}")
     settings = getattr(cls, "Settings", None)
@@ -94,7 +93,7 @@ def register_task(name: str, cls: type[Task]) -> None:
     if required:
         raise TypeError(f"task {name!r}: {cls.__name__}'s constructor requires {required}, which "
                         f"its Settings do not declare")
-    TASKS[name] = cls
+    claim(TASKS, "task", name, cls, replace=replace)
 
 
 def make_task(name: str, **kwargs) -> Task:

@@ -19,6 +19,7 @@ from rlnb.engine.models.backend import GenerationBackend
 from rlnb.engine.models.hf_backend import HFGenerationBackend
 from rlnb.engine.models.vllm_backend import VLLMGenerationBackend  # imports no vllm
 from rlnb.engine.models.vllm_engine import VLLMConfig
+from rlnb.registry import claim
 
 
 class GenerationConfig(Config):
@@ -59,15 +60,14 @@ def make_generation_backend(model, tokenizer, config: GenerationConfig, max_prom
     return cls(model, tokenizer, config, max_prompt_length)
 
 
-def register_generation_backend(name: str, cls: type[GenerationBackend]) -> None:
+def register_generation_backend(name: str, cls: type[GenerationBackend], *,
+                                replace: bool = False) -> None:
     """Make ``policy.generation.backend: <name>`` build ``cls(model, tokenizer, config,
-    max_prompt_length)`` (a ``GenerationBackend`` subclass)."""
-    if name in BUILT_IN and GENERATION_BACKENDS[name] is not cls:
-        raise ValueError(f"generation backend {name!r} is built in; register yours under "
-                         "another name")
+    max_prompt_length)`` (a ``GenerationBackend`` subclass). A name another backend holds is
+    refused unless ``replace`` (``rlnb.registry.claim``)."""
     if not (isinstance(cls, type) and issubclass(cls, GenerationBackend)):
         raise TypeError(f"a generation backend is a GenerationBackend subclass, got {cls!r}")
-    GENERATION_BACKENDS[name] = cls
+    claim(GENERATION_BACKENDS, "generation backend", name, cls, replace=replace)
 
 
 # the registry: every list of backends (the config's check, the log-prob decision) reads it
@@ -75,4 +75,3 @@ GENERATION_BACKENDS: dict[str, type[GenerationBackend]] = {
     "hf": HFGenerationBackend,
     "vllm": VLLMGenerationBackend,
 }
-BUILT_IN = frozenset(GENERATION_BACKENDS)  # which register_generation_backend never replaces

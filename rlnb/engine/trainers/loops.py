@@ -22,6 +22,7 @@ from rlnb.engine.trainers.base import Trainer
 from rlnb.engine.trainers.dpo import DPOTrainer
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.engine.trainers.ppo import PPOTrainer
+from rlnb.registry import claim, origin
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ def describe_loops() -> str:
 
 
 def register_loop(name: str, trainer: type, sections: tuple[str, ...] | None = None, *,
-                  async_trainer: type | None = None, about: str = "") -> None:
+                  async_trainer: type | None = None, about: str = "",
+                  replace: bool = False) -> None:
     """Make ``algorithm: <name>`` build ``trainer``: a ``Trainer`` subclass with its stage
     methods, ``step``, and what the UI shows of it (``stages``, ``panels``: ``views.py``).
 
@@ -83,8 +85,6 @@ def register_loop(name: str, trainer: type, sections: tuple[str, ...] | None = N
     section of its own; a plug-in reads an existing loop's, as a GRPO variant reads ``grpo``
     (``register_loop("grpo_sign", SignGRPOTrainer)``). ``about``: what it is, in a few words
     (default: the trainer's name)."""
-    if name in BUILT_IN:  # a plug-in may replace its own entry (a re-run cell), not ours
-        raise ValueError(f"loop {name!r} is built in; register yours under another name")
     if not (isinstance(trainer, type) and issubclass(trainer, Trainer)):
         raise TypeError(f"loop {name!r}: a loop's trainer is a Trainer subclass, got {trainer!r}")
     if trainer.step is Trainer.step:
@@ -98,7 +98,8 @@ def register_loop(name: str, trainer: type, sections: tuple[str, ...] | None = N
                                           and issubclass(async_trainer, trainer)):
         raise TypeError(f"loop {name!r}: the asynchronous trainer is a subclass of "
                         f"{trainer.__name__}, got {async_trainer!r}")
-    LOOPS[name] = LoopSpec(trainer, sections, async_trainer, about)
+    claim(LOOPS, "loop", name, LoopSpec(trainer, sections, async_trainer, about),
+          replace=replace, part=lambda spec: spec.trainer)
 
 
 # the registry (name -> LoopSpec): the config's `algorithm` and its sections are checked here
@@ -112,4 +113,24 @@ LOOPS: dict[str, LoopSpec] = {
                     about="DPO: a preference loss on chosen/rejected pairs against a frozen "
                     "reference"),
 }
-BUILT_IN = frozenset(LOOPS)  # the package's loops, which register_loop refuses to replace
+
+
+def parts_in_use(config, trainer) -> dict[str, str]:
+    """Which class ran under each registered name the run's config uses, as ``{"<key>=<name>":
+    "module.Class"}`` (``rlnb.registry.origin``): the loop's trainer, the advantage estimator,
+    the task and the generation backend. A run records it (``parts.json``), so a plug-in that
+    replaced a part on purpose shows in the run, not only in the code that was imported."""
+    from rlnb.algorithms.estimators import ADVANTAGE_ESTIMATORS
+    from rlnb.engine.environments.tasks import TASKS
+    from rlnb.engine.models.generation import GENERATION_BACKENDS
+
+    parts = {f"algorithm={getattr(config, 'algorithm', 'grpo')}": origin(type(trainer))}
+    estimator = getattr(trainer.loop_config, "adv_estimator", None)
+    if estimator is not None:
+        key = f"{trainer.loop_section}.adv_estimator.name={estimator.name}"
+        parts[key] = origin(ADVANTAGE_ESTIMATORS[estimator.name])
+    parts[f"data.name={config.data.name}"] = origin(TASKS[config.data.name])
+    backend = config.policy.generation.backend
+    parts[f"policy.generation.backend={backend}"] = origin(GENERATION_BACKENDS[backend])
+    return parts
+

@@ -35,6 +35,7 @@ Implementation choices:
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import time
@@ -45,6 +46,7 @@ from typing import Any
 
 from rlnb.engine.data.batches import StepMetrics
 from rlnb.run.config.master_config import MasterConfig, load_config
+from rlnb.run.store.atomic import atomic_write_text
 from rlnb.run.store.checkpoint import (
     capture_rng_state,
     checkpoint_problem,
@@ -82,6 +84,7 @@ class TrainingRun:
         from rlnb.engine.environments.run_task import with_user_data
         from rlnb.engine.runtime.distributed import Distributed
         from rlnb.engine.trainers.loop_config import logprob_source
+        from rlnb.engine.trainers.loops import parts_in_use
         from rlnb.run.store.loggers import make_loggers
         from rlnb.run.store.rundir import RunDir, first_missing
         from rlnb.run.training.warm_trainer import trainer_with_warm_start
@@ -117,6 +120,7 @@ class TrainingRun:
             if self.dist.is_main:  # the choice made when the config loaded, said once
                 log(f"generation: policy.generation.backend={self.config.policy.generation.backend}"
                     f"; {logprob_source(self.trainer.loop_config)}")
+                record_parts(self.run_dir.path, parts_in_use(self.config, self.trainer), log)
         except Exception:
             if self.run_dir is not None and created:  # leave nothing half-written behind
                 shutil.rmtree(created, ignore_errors=True)
@@ -345,3 +349,22 @@ def saved_config_now(saved: dict) -> dict[str, Any]:
 
 def _quiet(*args, **kwargs):
     pass
+
+
+PARTS = "parts.json"  # which class ran under each registered name the config uses
+
+
+def record_parts(run_dir: Path, parts: dict[str, str], log) -> None:
+    """Write ``parts`` (``parts_in_use``) to ``run_dir/parts.json``; on a resume whose parts
+    differ from the recorded ones (a plug-in replaced one since), say which, in one line."""
+    path = run_dir / PARTS
+    try:
+        before = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        before = {}
+    changed = [f"{k}: {before[k]} -> {v}" for k, v in parts.items()
+               if k in before and before[k] != v]
+    if changed:
+        log(f"{PARTS}: the run now uses other classes under the same names: {'; '.join(changed)}")
+    atomic_write_text(path, json.dumps(parts, indent=1) + "\n")
+
