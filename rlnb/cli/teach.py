@@ -15,10 +15,17 @@ def add_to(sub) -> None:
                                 "solution copy.")
     build.add_argument("out", help="output folder")
     build.add_argument("--source", default=None, metavar="DIR", help="the exercise sources")
+    build.add_argument("--only-missing", action="store_true",
+                       help="write only the notebooks that are not there (keeps every other "
+                            "one, changed or not)")
+    build.add_argument("--overwrite", action="store_true",
+                       help="replace notebooks changed since they were built (their changes "
+                            "are lost)")
     build.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     from rlnb.teach.build import run_build
 
-    return run_build(args.out, args.source, prog="rlnb teach build")
+    return run_build(args.out, args.source, prog="rlnb teach build", overwrite=args.overwrite,
+                     only_missing=args.only_missing)

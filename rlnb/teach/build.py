@@ -23,11 +23,18 @@ Implementation choices:
    derived from the cell's position, so a build is the same bytes every time.
 2) Every malformed source (a BEGIN without END, an unknown tag, no parameters cell, no
    ``fast`` parameter) is refused with its file and line before anything is written.
+3) A build never overwrites a student's work. ``OUT/.rlnb-build.json`` records a hash of each
+   notebook as written; a notebook whose bytes differ from that record (a student's answers), or
+   from this build's when there is no record, has changes. A rebuild (after updating the code,
+   say) replaces the untouched notebooks and refuses, before writing anything, if any notebook
+   has changes, naming the first: ``only_missing`` then writes only the notebooks not there
+   (and leaves the rest, changed or not), ``overwrite`` replaces them all.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import re
 import sys
@@ -238,44 +245,83 @@ def sources(source: str | Path | None = None) -> list[Path]:
     return found
 
 
-def build(out: str | Path, source: str | Path | None = None) -> list[Path]:
+RECORD = ".rlnb-build.json"  # what each notebook was when written (choice 3)
+
+
+class ChangedNotebooks(ValueError):
+    """A rebuild would replace notebooks changed since they were built (choice 3)."""
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def build(out: str | Path, source: str | Path | None = None, *, overwrite: bool = False,
+          only_missing: bool = False) -> list[Path]:
     """Write ``out/student/*.ipynb`` and ``out/solution/*.ipynb``; returns the paths written.
-    Every source is parsed (and checked) before anything is written."""
+    Every source is parsed (and checked) and every existing notebook compared with what was
+    built there before anything is written (choice 3): a changed one raises
+    ``ChangedNotebooks`` unless ``only_missing`` (write the notebooks not there) or
+    ``overwrite`` (replace them all)."""
+    if overwrite and only_missing:
+        raise ValueError("overwrite and only_missing exclude each other: choose one")
     exercises = [parse(p) for p in sources(source)]
     out = Path(out)
-    written = []
+    record_path = out / RECORD
+    try:
+        record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    except (OSError, ValueError):
+        record = {}
+    planned: dict[Path, str] = {}
     for copy in ("student", "solution"):
-        folder = out / copy
-        folder.mkdir(parents=True, exist_ok=True)
         for ex in exercises:
-            path = folder / f"{ex.path.stem}.ipynb"
             text = json.dumps(notebook(ex, student=copy == "student"), indent=1,
-                              ensure_ascii=False)
-            path.write_text(text + "\n", encoding="utf-8")
-            written.append(path)
+                              ensure_ascii=False) + "\n"
+            planned[out / copy / f"{ex.path.stem}.ipynb"] = text
+    changed = []
+    for path, text in planned.items():
+        if path.is_file():
+            now = _digest(path.read_bytes().decode("utf-8", errors="replace"))
+            if now not in (record.get(path.relative_to(out).as_posix()), _digest(text)):
+                changed.append(path)
+    if only_missing:
+        planned = {p: t for p, t in planned.items() if not p.exists()}
+    elif changed and not overwrite:
+        raise ChangedNotebooks(
+            f"{changed[0]} has changes since it was built ({len(changed)} notebook(s) in all); "
+            "nothing was written. --only-missing writes only the notebooks not there; "
+            "--overwrite replaces them (the changes are lost)")
+    written = []
+    for path, text in planned.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        record[path.relative_to(out).as_posix()] = _digest(text)
+        written.append(path)
+    if written:
+        record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return written
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
+    """``python -m rlnb.teach.build OUT [...]``: the same command as ``rlnb teach build``."""
+    from rlnb.cli import main as cli
 
-    parser = argparse.ArgumentParser(prog="python -m rlnb.teach.build",
-                                     description="Build the exercises' student and solution "
-                                                 "notebooks.")
-    parser.add_argument("out", help="output folder (gets student/ and solution/)")
-    parser.add_argument("--source", default=None, help="the exercise sources (default: "
-                        "notebooks/exercises of this checkout)")
-    args = parser.parse_args(argv)
-    return run_build(args.out, args.source, prog="python -m rlnb.teach.build")
+    return cli(["teach", "build", *(sys.argv[1:] if argv is None else argv)])
 
 
-def run_build(out, source, *, prog: str) -> int:
-    """The command: build, print what was written; a bad source exits 2 with one line."""
+def run_build(out, source, *, prog: str, overwrite: bool = False,
+              only_missing: bool = False) -> int:
+    """The command: build, print what was written; a bad source, or notebooks changed since
+    they were built, exit 2 with one line (nothing written)."""
     try:
-        written = build(out, source)
+        written = build(out, source, overwrite=overwrite, only_missing=only_missing)
     except (ValueError, FileNotFoundError) as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 2
+    if only_missing:
+        print(f"{prog}: {len(written)} missing notebook(s) written"
+              + "".join(f"\n  {p}" for p in written))
+        return 0
     n = len(written) // 2
     print(f"{prog}: {n} exercises\n"
           f"  student copies   {Path(out) / 'student'}  (stubs; hand these out)\n"

@@ -131,6 +131,53 @@ def test_the_command_builds_and_refuses_a_missing_source(tmp_path):
     assert "no exercise sources at" in bad.stderr and "nowhere" in bad.stderr
 
 
+
+def one_exercise(folder: Path, answer: str = "the answer") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "01_x.py").write_text(
+        '# %% [markdown]\n# # 01 · X\n\n# %% tags=["parameters"]\nfast = False\n\n'
+        "# %%\n# BEGIN SOLUTION: one\nx = 1\n# END SOLUTION\n\n"
+        f'# %% [markdown] tags=["solution"]\n# {answer}\n')
+    return folder
+
+
+def test_a_rebuild_never_overwrites_a_students_changes(tmp_path):
+    """Built, then a student's answer typed into their copy: building again (after the sources
+    changed, say) refuses before writing anything, naming the notebook; the untouched ones are
+    replaced by a rebuild; --only-missing writes only what is not there, --overwrite replaces."""
+    src, out = one_exercise(tmp_path / "src"), tmp_path / "lab"
+    build(out, src)
+    student, solution = out / "student" / "01_x.ipynb", out / "solution" / "01_x.ipynb"
+    build(out, src)  # untouched: the same bytes, no complaint
+    one_exercise(src, "a better answer")  # the code was updated: untouched notebooks follow it
+    build(out, src)
+    assert "a better answer" in solution.read_text()
+    work = student.read_text().replace('x = 1', 'x = 2  # my answer').replace(
+        'raise NotImplementedError(\\"implement this: one\\")', 'x = 2  # my answer')
+    assert work != student.read_text()
+    student.write_text(work)
+    one_exercise(src, "the best answer")
+    before = solution.read_bytes()
+    with pytest.raises(ValueError, match=re.escape(f"{student} has changes since it was built "
+                                                   "(1 notebook(s) in all); nothing was written")):
+        build(out, src)
+    assert student.read_text() == work and solution.read_bytes() == before  # nothing written
+    cmd = [sys.executable, "-m", "rlnb.cli", "teach", "build", str(out), "--source", str(src)]
+    refused = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "--only-missing" in refused.stderr and "--overwrite" in refused.stderr
+    assert student.read_text() == work
+    # only what is missing: the deleted solution comes back, the student's work stays
+    solution.unlink()
+    assert build(out, src, only_missing=True) == [solution]
+    assert student.read_text() == work and "the best answer" in solution.read_text()
+    # on purpose: replaced
+    assert build(out, src, overwrite=True) == [student, solution]
+    assert "my answer" not in student.read_text()
+    with pytest.raises(ValueError, match="exclude each other"):
+        build(out, src, overwrite=True, only_missing=True)
+
+
 # --- executed headless
 
 
