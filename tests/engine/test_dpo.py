@@ -140,6 +140,9 @@ BAD_ROWS = [  # the second row is the bad one: the message names it
       "content": "2"}], "rejected": [{"role": "assistant", "content": "3"}]},
      "row 1 holds messages, which need a tokenizer with a chat template"),
     ({"prompt": "1" * 30, "chosen": "3", "rejected": "4"}, "row 1 is 33 tokens"),
+    # empty text: refused before the end-of-sequence token would make it one token long
+    ({"prompt": "1+2=", "chosen": "", "rejected": "4"}, "row 1 has an empty 'chosen' response"),
+    ({"prompt": "1+2=", "chosen": "3", "rejected": ""}, "row 1 has an empty 'rejected' response"),
 ]
 
 

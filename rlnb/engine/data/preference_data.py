@@ -118,16 +118,19 @@ def tokenize_pairs(rows: list[dict[str, Any]], tokenizer, *, max_length: int,
             raise ValueError(f"{where}: row {i} has identical chosen and rejected responses "
                              f"({chosen[:60]!r}): there is nothing to prefer")
         ids = _encode(tokenizer, prompt, bos=True)
+        c_ids, r_ids = _encode(tokenizer, chosen), _encode(tokenizer, rejected)
+        # an empty response is checked before the end-of-sequence token is appended to text
+        empty = next((c for c, t in (("chosen", c_ids), ("rejected", r_ids)) if not t), None)
+        if empty is not None:
+            raise ValueError(f"{where}: row {i} has an empty {empty!r} response (a pair "
+                             "compares two answers: give each some text)")
         end = [] if isinstance(row["chosen"], list) else [tokenizer.eos_token_id]
-        c_ids = _encode(tokenizer, chosen) + end
-        r_ids = _encode(tokenizer, rejected) + end
+        c_ids, r_ids = c_ids + end, r_ids + end
         longest = len(ids) + max(len(c_ids), len(r_ids))
         if longest > max_length:
             raise ValueError(f"{where}: row {i} is {longest} tokens (prompt and its longer "
                              f"response), longer than policy.max_total_sequence_length="
                              f"{max_length}")
-        if not c_ids or not r_ids:
-            raise ValueError(f"{where}: row {i} has an empty response")
         pairs.append(TokenPair(ids, c_ids, r_ids, prompt, chosen, rejected, row=dict(row)))
     return pairs
 
