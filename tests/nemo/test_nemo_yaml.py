@@ -314,3 +314,15 @@ def test_rlnb_train_runs_a_ppo_math_1b_shaped_config(assets, tmp_path, capsys):
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert all("critic/loss" in m and "train/loss" in m for m in metrics)
     assert read_yaml(run / "config.yaml")["algorithm"] == "ppo"
+
+
+@pytest.mark.parametrize("dotted", ["grpo.num_prompts_per_step", "grpo.num_generations_per_prompt"])
+def test_a_value_of_the_wrong_type_is_named_by_its_own_key(assets, dotted):
+    """A word where a count belongs is named as itself, not through a rule computed from it
+    (the schedule check multiplied the two before their types were checked)."""
+    cfg = set_key(grpo(assets), dotted, "many")
+    with pytest.raises(ValueError) as err:
+        rlnb.load_config(write_yaml(assets_path(assets) / "words.yaml", cfg),
+                         ignore_unsupported=True)
+    assert dotted in str(err.value) and "many" not in str(err.value).split(dotted)[0], err.value
+    assert "scheduler" not in str(err.value)

@@ -159,7 +159,11 @@ def _warmup(schedule: Any) -> tuple[int, float] | None:
 def schedule_cadence(r: Report, out: dict, loop: str) -> None:
     """NeMo-RL steps the LR schedule once per training step, rlnb once per optimizer step: the
     same only with one optimizer step per training step."""
-    rows = out[loop]["num_prompts_per_step"] * out[loop]["num_generations_per_prompt"]
+    prompts, group = (out[loop].get(k) for k in ("num_prompts_per_step",
+                                                  "num_generations_per_prompt"))
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (prompts, group)):
+        return  # not numbers: the config's own check names the key and its type
+    rows = prompts * group
     for owner in ("policy", "value"):
         opt = (out.get(owner) or {}).get("optimizer") or {}
         gbs = out[owner].get("train_global_batch_size") if owner in out else None
