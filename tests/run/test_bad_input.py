@@ -176,6 +176,16 @@ def damage_no_config(run):
     (run / "config.yaml").unlink()
 
 
+def damage_rollouts_truncated(run):
+    p = run / "rollouts" / "steps_000001.parquet"
+    p.write_bytes(p.read_bytes()[:300])
+
+
+def damage_rollouts_garbage(run):
+    p = run / "rollouts" / "steps_000001.parquet"
+    p.write_bytes(bytes(range(256)) * 8)
+
+
 RESUME_ROWS = [
     (damage_config, [], "config.yaml"),
     (damage_no_config, [], "no config.yaml"),
@@ -188,6 +198,9 @@ RESUME_ROWS = [
     (damage_rng_missing, [], "rng_state.pt is missing"),
     (damage_no_model, [], "model/ folder is missing"),
     (damage_no_checkpoints, [], "no checkpoint"),
+    # a damaged rollout chunk: named, with the way out (the resume stops before writing)
+    (damage_rollouts_truncated, [], "steps_000001.parquet is damaged and cannot be read"),
+    (damage_rollouts_garbage, [], "move it out of rollouts/"),
     (None, ["grpo.seed=3"], "grpo.seed"),
     (None, ["policy.tiny.hidden_size=64"], "change the numerics"),
 ]

@@ -89,12 +89,47 @@ def read_stream(path: Path) -> Iterator:
 
 def columns_of(path: Path) -> list[str]:
     """The column names of a rollout file (its schema only)."""
-    import pyarrow.parquet as pq
-
     if path.suffix == ".arrows":
         head = next(read_stream(path), None)
         return [] if head is None else head.schema.names
-    return pq.read_schema(path).names
+    return parquet_file(path).schema_arrow.names
+
+
+def parquet_file(path: Path):
+    """``pyarrow.parquet.ParquetFile(path)``; a damaged file (truncated, overwritten) raises
+    ``ValueError`` naming it and the way out, not pyarrow's own line (a missing one raises
+    ``FileNotFoundError``, as before)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError) as err:
+        raise _damaged(path, err) from None
+
+
+def read_parquet(path: Path, columns: list[str] | None = None, filters=None):
+    """``pyarrow.parquet.read_table`` of a rollout chunk, a damaged one named as in
+    ``parquet_file``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path, columns=columns, filters=filters)
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError) as err:
+        raise _damaged(path, err) from None
+
+
+def _damaged(path: Path, err: BaseException) -> ValueError:
+    reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return ValueError(
+        f"{path} is damaged and cannot be read ({reason}); the run's checkpoints and "
+        f"metrics.jsonl do not depend on it: move it out of {path.parent.name}/ (the rollouts "
+        "it held are then missing) or put back an intact copy, and try again")
 
 
 def batches_per_step(table) -> list:

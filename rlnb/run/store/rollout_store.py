@@ -58,6 +58,8 @@ from rlnb.run.store.rollout_files import (
     batches_per_step,
     columns_of,
     fit_schema,
+    parquet_file,
+    read_parquet,
     read_stream,
     spans,
     step_batch,
@@ -103,8 +105,6 @@ class RolloutStore:
 
     def _steps_in(self, path: Path) -> list[int]:
         """The steps ``path`` holds, cached until its size or mtime changes."""
-        import pyarrow.parquet as pq
-
         m = _PER_STEP.fullmatch(path.name)
         if m:
             return [int(m[1])]
@@ -116,8 +116,7 @@ class RolloutStore:
         if path.suffix == ".arrows":
             steps = sorted({s for b in read_stream(path) for s in batch_steps(b)})
         else:
-            steps = sorted(set(pq.ParquetFile(path).read(columns=["step"])
-                               .column("step").to_pylist()))
+            steps = sorted(set(read_parquet(path, columns=["step"]).column("step").to_pylist()))
         self._cache[path.name] = (key, steps)
         return steps
 
@@ -196,7 +195,6 @@ class RolloutStore:
         first; ``columns`` (and ``step``) only, where the file has them."""
         import pyarrow as pa
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
         def pick(names: list[str]) -> list[str] | None:
             return None if columns is None else ["step", *(c for c in columns
@@ -204,9 +202,8 @@ class RolloutStore:
 
         m = _PER_STEP.fullmatch(path.name)
         if m:  # an older run's file: one step, no step column
-            f = pq.ParquetFile(path)
-            names = pick(f.schema_arrow.names)
-            table = f.read(columns=None if names is None else names[1:])
+            names = pick(parquet_file(path).schema_arrow.names)
+            table = read_parquet(path, columns=None if names is None else names[1:])
             return table.add_column(0, "step", pa.array([int(m[1])] * table.num_rows, pa.int64()))
         if path.suffix == ".arrows":
             batches = [b for b in read_stream(path)
@@ -218,9 +215,9 @@ class RolloutStore:
                                          pc.less_equal(table.column("step"), last)))
             names = pick(table.column_names)
             return table if names is None else table.select(names)
-        names = pick(pq.ParquetFile(path).schema_arrow.names)
-        return pq.read_table(path, columns=names,
-                             filters=[("step", ">=", first), ("step", "<=", last)])
+        names = pick(parquet_file(path).schema_arrow.names)
+        return read_parquet(path, columns=names,
+                            filters=[("step", ">=", first), ("step", "<=", last)])
 
     # --- writing
     def write(self, step: int, table: Mapping[str, Any]) -> Path:
@@ -261,7 +258,6 @@ class RolloutStore:
         """Drop the rollouts of steps after ``after_step`` (resuming from that checkpoint)."""
         import pyarrow as pa
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
         k = int(after_step)
         with self._lock:
@@ -285,7 +281,7 @@ class RolloutStore:
                 if not steps or steps[0] > k:
                     path.unlink()
                 elif steps[-1] > k:
-                    table = pq.ParquetFile(path).read()
+                    table = read_parquet(path)
                     table = table.filter(pc.less_equal(table.column("step"), pa.scalar(k)))
                     write_parquet(path, batches_per_step(table))
             if self.folder.is_dir():
@@ -342,9 +338,7 @@ class RolloutStore:
         path = sealed[newest]
         steps = self._steps_in(path)
         if steps and len(steps) < self.chunk_steps and steps[-1] == max(self._index()):
-            import pyarrow.parquet as pq
-
-            table = pq.ParquetFile(path).read()
+            table = read_parquet(path)
             stream = self.folder / f"_steps_{newest:06d}.arrows"
             batches = batches_per_step(table)
             size = write_stream(stream, table.schema, batches)

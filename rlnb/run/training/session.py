@@ -200,8 +200,9 @@ class TrainingRun:
                                  f"unreadable {'/'.join(names)} file ({err})") from None
             t.load_checkpoint_files(files)
         if self.run_dir is not None:
-            self.run_dir.truncate_metrics(after_step=t.step_count)
+            # the rollouts first: a damaged chunk stops the resume before metrics.jsonl changes
             self.run_dir.truncate_rollouts(after_step=t.step_count)
+            self.run_dir.truncate_metrics(after_step=t.step_count)
             first = self.run_dir.read_metrics()
             if first and first[0]["step"] == 0:
                 self.accuracy_before = first[0].get("validation/accuracy")
