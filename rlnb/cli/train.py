@@ -37,6 +37,7 @@ def add_to(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from rlnb.run.store.space import DiskFull
     from rlnb.run.training.accelerator import RankWatch, auto_accelerator
     from rlnb.run.training.session import TrainingRun
 
@@ -68,6 +69,11 @@ def handle(args: argparse.Namespace) -> int:
                 ignore_unsupported=args.ignore_unsupported,
             )
             summary = run.train(args.steps)
+    except DiskFull as err:  # a machine fault: one line, exit 1 (what was written is intact)
+        if watch is not None:
+            watch.report(err)
+        print(f"rlnb train: {err}", file=sys.stderr)
+        return 1
     except USER_ERRORS as err:
         if watch is not None:
             watch.report(err)

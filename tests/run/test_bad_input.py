@@ -723,3 +723,36 @@ def test_the_table_has_at_least_60_rows():
     rows = (TRAIN_ROWS + RESUME_ROWS + PPO_ROWS + PPO_RESUME_ROWS + DPO_ROWS + VERIFY_ROWS
             + NOTEBOOK_ROWS + API_ROWS + USER_START_ROWS + USER_STEP_ROWS)
     assert len(rows) >= 60, len(rows)
+
+
+# --- machine faults: a full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 2 MiB filesystem (tmpfs): a checkpoint of the tiny model does not fit."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if made.returncode:
+        pytest.skip(f"cannot mount a 2 MiB tmpfs here: {made.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_full_disk_is_named_with_its_folder_and_the_space(small_disk, capsys):
+    run = small_disk / "run"
+    code = main(["train", "--run-dir", str(run), "--no-progress", *SMALL,
+                 "policy.tiny.hidden_size=128"])
+    err = capsys.readouterr().err
+    assert code == 1, err  # a machine fault, not a user's mistake
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"no space left on the device of {run / 'checkpoints'}: checkpoint step_000002 " \
+           "needs about" in err and "MiB free" in err, err
+    # what was written before is intact: the steps logged, and error.txt names the step whose
+    # save failed (step 2, not 3)
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2]
+    assert (run / "error.txt").read_text().startswith("failed at step 2 (DiskFull): no space")
+    assert not list((run / "checkpoints").glob("step_*"))  # no half-written checkpoint

@@ -30,11 +30,13 @@ Implementation choices:
 7) A failure after start-up leaves ``error.txt`` in the run directory (what failed, at which
    step) beside what was written before it; a save killed mid-write leaves hidden temporary
    folders, removed at the next start. A corrupt checkpoint is named on resume, with the latest
-   intact one.
+   intact one. A full disk is named as such (``store/space.py``: the folder, the space free and
+   what the save needed), and the step in ``error.txt`` is the one whose save failed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
@@ -58,6 +60,7 @@ from rlnb.run.store.checkpoint import (
     save_checkpoint,
     saved_rng_ranks,
 )
+from rlnb.run.store.space import DiskFull, disk_full, out_of_space
 
 
 class TrainingRun:
@@ -161,12 +164,19 @@ class TrainingRun:
         if not self.dist.is_main:
             return None
         t, c = self.trainer, self.config.checkpointing
-        return save_checkpoint(
-            self.checkpoint_root, t.step_count, model=t.policy.model, optimizer=t.policy.optimizer,
-            scheduler=t.policy.scheduler, tokenizer=t.policy.tokenizer,
-            trainer_state=t.state(), keep_last=c.keep_top_k, extra=t.checkpoint_parts(),
-            rng_states=rng_states, files=t.checkpoint_files(),
-        )
+        try:
+            return save_checkpoint(
+                self.checkpoint_root, t.step_count, model=t.policy.model,
+                optimizer=t.policy.optimizer, scheduler=t.policy.scheduler,
+                tokenizer=t.policy.tokenizer, trainer_state=t.state(), keep_last=c.keep_top_k,
+                extra=t.checkpoint_parts(), rng_states=rng_states, files=t.checkpoint_files(),
+            )
+        except (OSError, RuntimeError) as err:  # torch's zip writer hides ENOSPC (choice 7)
+            needed = checkpoint_bytes(t)
+            if out_of_space(err, self.checkpoint_root, needed):
+                raise disk_full(f"checkpoint step_{t.step_count:06d}", self.checkpoint_root,
+                                needed) from None
+            raise
 
     def _resume(self) -> None:
         if self.dist.is_main:
@@ -247,14 +257,26 @@ class TrainingRun:
         n = max(0, target - t.step_count) if num_steps is None else num_steps
         if self.dist.is_main:
             clean_partial_saves(self.checkpoint_root)
+        logging = False
         try:
             for metrics in t.train(n, progress=self.progress):
+                logging = True
                 self.log(metrics)
+                logging = False
                 yield metrics
         except Exception as err:  # choice 7: say what failed, next to what was written
+            if isinstance(err, OSError) and not isinstance(err, DiskFull) and out_of_space(
+                    err, self.path):  # the logs or rollouts of a step, on a full disk
+                err = disk_full(f"the logs of step {t.step_count}", self.path)
             if self.run_dir is not None:
-                (self.path / "error.txt").write_text(
-                    f"failed at step {t.step_count + 1} ({type(err).__name__}): {err}\n")
+                # a step counts once it is trained: a failure while logging or saving it (its
+                # metrics, rollouts, checkpoint) is that step's, one in training the next one's
+                step = t.step_count if logging else t.step_count + 1
+                with contextlib.suppress(OSError):  # (on a full disk this may fail too)
+                    (self.path / "error.txt").write_text(
+                        f"failed at step {step} ({type(err).__name__}): {err}\n")
+            if isinstance(err, DiskFull):
+                raise err from None
             raise
         finally:  # also on Ctrl-C, a Stop button (generator closed) or an error (choice 1)
             self._seal_rollouts()
@@ -368,4 +390,24 @@ def record_parts(run_dir: Path, parts: dict[str, str], log) -> None:
     if changed:
         log(f"{PARTS}: the run now uses other classes under the same names: {'; '.join(changed)}")
     atomic_write_text(path, json.dumps(parts, indent=1) + "\n")
+
+
+def checkpoint_bytes(trainer) -> int:
+    """About what a checkpoint of ``trainer`` writes: the policy's weights, its optimizer's
+    tensors and the loop's other trained parts (a PPO critic and its optimizer)."""
+    import torch
+
+    def tensors(obj) -> int:
+        if isinstance(obj, torch.Tensor):
+            return obj.numel() * obj.element_size()
+        if isinstance(obj, dict):
+            return sum(tensors(v) for v in obj.values())
+        if isinstance(obj, (list, tuple)):
+            return sum(tensors(v) for v in obj)
+        return 0
+
+    parts = [(trainer.policy.model, trainer.policy.optimizer),
+             *((m, o) for m, o, _ in trainer.checkpoint_parts().values())]
+    return sum(tensors(m.state_dict()) + (tensors(o.state_dict()) if o is not None else 0)
+               for m, o in parts)
 
