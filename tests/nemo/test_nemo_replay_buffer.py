@@ -75,3 +75,26 @@ def test_replay_buffer_saves_and_loads_a_file(tmp_path):
     back = ReplayBufferImpl(10, False)
     assert back.load_from_path(str(tmp_path / "rb.pt"), 1, 1, 1) == {"num_trajectories": 2}
     assert back.sample(1, 1, 1)["trajectories"][0]["ids"].tolist() == [1, 2]
+
+
+def test_save_to_path_refuses_what_load_from_path_could_not_read(tmp_path):
+    """NeMo-RL's own tests save trajectories holding arbitrary objects: torch.load
+    (weights_only=True) then refuses the file, long after the save. Here the save refuses first,
+    naming where the object is, and writes nothing; a file that is not a state is named at load."""
+    import numpy as np
+
+    from rlnb.nemo.async_utils.replay_buffer import ReplayBufferImpl
+
+    buf = ReplayBufferImpl(max_size=4, drop_incomplete_targets_on_restore=False)
+    buf.add({"ids": torch.arange(3), "text": "1+2=", "reward": 1.0}, 0, 1)
+    assert buf.save_to_path(str(tmp_path / "ok.pt")) == 1
+    again = ReplayBufferImpl(max_size=4, drop_incomplete_targets_on_restore=False)
+    assert again.load_from_path(str(tmp_path / "ok.pt")) == {"num_trajectories": 1}
+    buf.add({"ids": np.arange(3)}, 0, 1)
+    with pytest.raises(ValueError, match=r"state\['trajectories'\]\[1\]\['ids'\] is a "
+                                         r"numpy\.ndarray, which load_from_path"):
+        buf.save_to_path(str(tmp_path / "bad.pt"))
+    assert not (tmp_path / "bad.pt").exists()
+    (tmp_path / "junk.pt").write_bytes(b"not a torch file")
+    with pytest.raises(ValueError, match="load_from_path.*junk.pt.*not a replay buffer state"):
+        again.load_from_path(str(tmp_path / "junk.pt"))

@@ -14,14 +14,17 @@ without a resume step (NeMo-RL then drops incomplete targets and keeps the newes
 
 Deliberate differences (docs/nemo_rl_names.md): no Ray actor and no lock (``ReplayBuffer`` is this
 class; share it between threads under your own lock); ``load_from_path`` reads with
-``torch.load(weights_only=True)`` (tensors, lists, dicts, numbers and strings; no pickled code)
-and returns ``{"num_trajectories"}`` only (no NeMo-Gym task index); ``get_debug_info`` has no
-starvation diagnostics (they read NeMo-RL's rollout metrics); ``current_training_step`` without
+``torch.load(weights_only=True)`` (tensors, lists, dicts, numbers and strings; no pickled code),
+so ``save_to_path`` refuses, before writing, a state holding anything else (naming where it is)
+rather than write a file its own load would refuse, and ``load_from_path`` returns
+``{"num_trajectories"}`` only (no NeMo-Gym task index); ``get_debug_info`` has no starvation
+diagnostics (they read NeMo-RL's rollout metrics); ``current_training_step`` without
 ``num_prompts_per_step`` is refused.
 """
 
 from __future__ import annotations
 
+import pickle
 from collections import Counter
 from typing import Any
 
@@ -106,8 +109,15 @@ class ReplayBufferImpl:
                 "max_size": s["max_size"]}
 
     def save_to_path(self, path: str) -> int:
-        """``torch.save`` the state; returns the number of entries saved."""
+        """``torch.save`` the state; returns the number of entries saved. A state that
+        ``load_from_path`` could not read back (a value other than tensors, numbers, strings,
+        lists, tuples and dicts) is refused before anything is written, naming where it is."""
         state = self.state_dict()
+        where = _unloadable(state, "state")
+        if where is not None:
+            raise ValueError(f"save_to_path({path!r}): {where}, which load_from_path "
+                             "(torch.load(weights_only=True)) refuses: store tensors, numbers, "
+                             "strings, lists or dicts in the trajectories")
         torch.save(state, path)
         return len(state["trajectories"])
 
@@ -115,7 +125,12 @@ class ReplayBufferImpl:
                        current_training_step: int | None = None,
                        max_age_steps: int | None = None) -> dict[str, int]:
         """``load_state_dict`` of a file written by ``save_to_path``."""
-        state = torch.load(path, weights_only=True)
+        try:
+            state = torch.load(path, weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(f"load_from_path({path!r}): not a replay buffer state this can "
+                             f"read ({first[:200]})") from None
         self.load_state_dict(state, num_prompts_per_step=num_prompts_per_step,
                              current_training_step=current_training_step,
                              max_age_steps=max_age_steps)
@@ -165,3 +180,26 @@ class ReplayBufferImpl:
 
 
 ReplayBuffer = ReplayBufferImpl  # NeMo-RL's is the same class as a Ray actor
+
+
+_PLAIN = (str, bytes, int, float, bool, complex, type(None), torch.Tensor, torch.dtype,
+          torch.Size, torch.device)
+
+
+def _unloadable(value: Any, where: str) -> str | None:
+    """Where in ``value`` something lies that ``torch.load(weights_only=True)`` refuses, as
+    ``"state['trajectories'][0]['x'] is a numpy.ndarray"``; None when all of it loads."""
+    if isinstance(value, _PLAIN):
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _unloadable(k, f"a key of {where}") or _unloadable(v, f"{where}[{k!r}]")
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        return next((f for i, v in enumerate(value) if (f := _unloadable(v, f"{where}[{i}]"))),
+                    None)
+    kind = type(value)
+    return f"{where} is a {kind.__module__}.{kind.__qualname__}"
+
