@@ -507,6 +507,8 @@ def user_module(tmp_path, body: str) -> str:
 
     name = "rw_" + hashlib.sha1(f"{tmp_path}{body}".encode()).hexdigest()[:10]
     (tmp_path / f"{name}.py").write_text("import math\n\n\ndef good(completions, **kw):\n"
+                                         "    return [0.0] * len(completions)\n\n\n"
+                                         "def narrow(completions, solution):\n"
                                          "    return [0.0] * len(completions)\n\n\n" + body)
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in USER_ROWS_DATA))
     return name
@@ -525,6 +527,12 @@ USER_START_ROWS = [
     (["reward_funcs=[MOD:good, MOD:good]"], "two functions are called 'good'"),
     (["reward_funcs=[MOD:good]", "data.prompt_key=question", "sft.enabled=true"],
      "has no 'answer' column"),
+    # refused when the functions are resolved, not at the first step's call
+    (["reward_funcs=[MOD:narrow]"], "reward_funcs[0] (narrow) cannot take TRL's keyword "
+                                    "arguments: it has no 'prompts' parameter and no **kwargs"),
+    (["reward_funcs=[MOD:good, {func: MOD:good, name: g2}]", "grpo.adv_estimator.name=gdpo",
+      "grpo.adv_estimator.reward_weights=[1.0]"],
+     "grpo.adv_estimator.reward_weights has 1 entries for 2 reward components"),
 ]
 
 

@@ -162,6 +162,7 @@ def reward_func_list(funcs, weights=None) -> list[RewardFunc]:
         if weights is not None:
             weight = float(weights[i])
         name = name or getattr(f, "__name__", None) or type(f).__name__
+        check_call_signature(f, f"{where} ({name})")
         out.append(RewardFunc(f, str(name), weight, ref or reference(f)))
     names = [f.name for f in out]
     dup = next((n for n in names if names.count(n) > 1), None)
@@ -175,6 +176,28 @@ def reward_func_list(funcs, weights=None) -> list[RewardFunc]:
 
 
 # ------------------------------------------------------------------------------ the call
+
+# what every call passes besides the data's columns (choice 1)
+CALL_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state", "log_metric",
+                 "log_extra")
+
+
+def check_call_signature(f, where: str) -> None:
+    """Refuse, when the functions are resolved (before any step), one that cannot take TRL's
+    keyword arguments: without ``**kwargs`` it must name each of ``CALL_KEYWORDS``."""
+    try:
+        params = inspect.signature(f).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: the call will tell
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    takes = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    missing = [k for k in CALL_KEYWORDS if k not in takes]
+    if missing:
+        raise ValueError(f"{where} cannot take TRL's keyword arguments: it has no {missing[0]!r} "
+                         "parameter and no **kwargs. Add **kwargs to its signature (each call "
+                         "passes prompts, completions, completion_ids, the data's columns, "
+                         "trainer_state, log_metric and log_extra)")
 
 
 def prompt_head(prompt: Any, n: int = 30) -> str:

@@ -139,6 +139,11 @@ def check_reward_rules(config) -> None:
                          f"max_rollout_turns={loop.max_rollout_turns}: set it to 1")
     weights = [e.weight for e in entries]
     est = loop.adv_estimator
+    if est.name == "gdpo" and est.reward_weights is not None and len(est.reward_weights) != len(
+            names):
+        raise ValueError(f"{section}.adv_estimator.reward_weights has {len(est.reward_weights)} "
+                         f"entries for {len(names)} reward components (reward_funcs, in the "
+                         f"order {sorted(names)}): give one weight per function")
     if est.name == "gdpo" and any(w != 1.0 for w in weights) and est.reward_weights is None:
         order = sorted(names)
         raise ValueError(f"reward_funcs carry weights {weights}, but GDPO normalises each "
