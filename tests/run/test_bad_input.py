@@ -176,6 +176,16 @@ def damage_no_config(run):
     (run / "config.yaml").unlink()
 
 
+def damage_metrics_garbage(run):
+    p = run / "metrics.jsonl"
+    p.write_bytes(p.read_bytes() + b"\xff\xfe garbage\n")
+
+
+def damage_metrics_no_step(run):
+    p = run / "metrics.jsonl"
+    p.write_text(p.read_text() + '{"train/loss": 1.0}\n')
+
+
 def damage_rollouts_truncated(run):
     p = run / "rollouts" / "steps_000001.parquet"
     p.write_bytes(p.read_bytes()[:300])
@@ -198,6 +208,8 @@ RESUME_ROWS = [
     (damage_rng_missing, [], "rng_state.pt is missing"),
     (damage_no_model, [], "model/ folder is missing"),
     (damage_no_checkpoints, [], "no checkpoint"),
+    (damage_metrics_garbage, [], "metrics.jsonl:6 is not UTF-8 text"),
+    (damage_metrics_no_step, [], "metrics.jsonl:6 is not a metrics record"),
     # a damaged rollout chunk: named, with the way out (the resume stops before writing)
     (damage_rollouts_truncated, [], "steps_000001.parquet is damaged and cannot be read"),
     (damage_rollouts_garbage, [], "move it out of rollouts/"),

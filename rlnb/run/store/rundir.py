@@ -313,15 +313,26 @@ def read_metrics_file(path: str | Path) -> list[dict[str, Any]]:
     data = path.read_bytes()
     # every write ends in "\n", so bytes after the last newline were cut mid-write: drop them
     # (before decoding: the cut may split a multi-byte character)
-    complete = data[: data.rfind(b"\n") + 1].decode("utf-8").split("\n")
+    complete = data[: data.rfind(b"\n") + 1]
+    try:
+        lines = complete.decode("utf-8").split("\n")
+    except UnicodeDecodeError as err:
+        line = complete[: err.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line} is not UTF-8 text (byte {err.start} of the file): the "
+                         "file is damaged; restore it from a copy, or move it aside to start "
+                         "the run's log afresh") from None
     records = []
-    for i, line in enumerate(complete, 1):
+    for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}:{i} is not valid JSON ({err})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise ValueError(f"{path}:{i} is not a metrics record (an object with an integer "
+                             f"'step'): {line[:60]!r}")
+        records.append(record)
     return records
 
 
