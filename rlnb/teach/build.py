@@ -1,6 +1,6 @@
 """Build the student and solution notebooks of every exercise from one source each.
 
-    rlnb teach build OUT [--source DIR]     (or: python -m rlnb.teach.build OUT)
+    rlnb teach build OUT [--source DIR] [--only-missing | --overwrite]
       OUT/student/NN_name.ipynb    stubs in place of the solutions, no solution cell
       OUT/solution/NN_name.ipynb   the complete exercise
 
@@ -302,13 +302,6 @@ def build(out: str | Path, source: str | Path | None = None, *, overwrite: bool 
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m rlnb.teach.build OUT [...]``: the same command as ``rlnb teach build``."""
-    from rlnb.cli import main as cli
-
-    return cli(["teach", "build", *(sys.argv[1:] if argv is None else argv)])
-
-
 def run_build(out, source, *, prog: str, overwrite: bool = False,
               only_missing: bool = False) -> int:
     """The command: build, print what was written; a bad source, or notebooks changed since
@@ -328,6 +321,3 @@ def run_build(out, source, *, prog: str, overwrite: bool = False,
           f"  solution copies  {Path(out) / 'solution'}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

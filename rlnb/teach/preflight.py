@@ -209,8 +209,45 @@ def preflight(*, steps: int = 5, fast: bool = False, say: Callable[[str], None] 
     if cores and max(load, load_now) > cores:
         say(f"  the load average ({max(load, load_now):.1f}) exceeded the {cores} cores: other "
             "programs shared them, so these times are upper bounds")
+    say("report (if something failed, paste these lines to the lecturer):")
+    for line in report(problems, total):
+        say(f"  {line}")
     if problems:
         say("rlnb preflight: NOT ready:\n" + "\n".join(f"  - {p}" for p in problems))
         return 1
     say("rlnb preflight: ready for the lab")
     return 0
+
+
+def report(problems: list[str], lab_seconds: float) -> list[str]:
+    """A few lines that say what a lecturer needs to help from afar: the verdict, the machine
+    (OS, CPU class, cores, memory), the versions, which torch build (a CUDA build is a 2 GB
+    download the lab does not need), the cache folder and its free space, the problems."""
+    import platform
+    import shutil
+
+    import torch
+
+    import rlnb
+    from rlnb.run.store.warm_start_cache import cache_dir
+
+    try:
+        memory = f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.1f} GiB RAM"
+    except (ValueError, OSError, AttributeError):
+        memory = "RAM unknown"
+    build = "CUDA build" if torch.version.cuda else "CPU build"
+    cache = cache_dir()
+    probe = cache
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    lines = [
+        f"rlnb preflight report: {'NOT ready' if problems else 'ready'}",
+        f"machine: {platform.system()} {platform.release()} {platform.machine()}, CPU "
+        f"{torch.backends.cpu.get_cpu_capability()}, {os.cpu_count()} cores, {memory}",
+        f"python {sys.version.split()[0]}, rlnb {rlnb.__version__}, torch {torch.__version__} "
+        f"({build}), transformers {_version('transformers')}, jupyterlab {_version('jupyterlab')}",
+        f"cache: {cache} ({shutil.disk_usage(probe).free / 2**30:.1f} GiB free)",
+        f"the lab's live runs: about {_minutes(lab_seconds)}",
+    ]
+    lines += [f"problem: {p}" for p in problems] or ["problems: none"]
+    return lines

@@ -346,14 +346,14 @@ def test_a_resumed_dpo_run_repeats_the_uninterrupted_run_exactly(tmp_path, sourc
     def scored(*a, **k):  # verify rebuilds the trainer: give it the same rewards
         return with_rewards(make_trainer(*a, **k))
 
-    import rlnb.engine.trainers.loops as loops
+    import rlnb.run.training.warm_trainer as built  # where verify builds its trainer
 
-    original = loops.make_trainer
-    loops.make_trainer = scored
+    original = built.make_trainer
+    built.make_trainer = scored
     try:
         report = verify_run(tmp_path / "full", 2, log=lambda *a: None)
     finally:
-        loops.make_trainer = original
+        built.make_trainer = original
     assert report.exact and report.weights_checked, report.summary()
     assert any(r["rollouts"] == "same" for r in report.rows)
 

@@ -316,7 +316,9 @@ def test_rlnb_train_runs_a_ppo_math_1b_shaped_config(assets, tmp_path, capsys):
     assert read_yaml(run / "config.yaml")["algorithm"] == "ppo"
 
 
-@pytest.mark.parametrize("dotted", ["grpo.num_prompts_per_step", "grpo.num_generations_per_prompt"])
+@pytest.mark.parametrize("dotted", ["grpo.num_prompts_per_step", "grpo.num_generations_per_prompt",
+                                    "policy.generation.max_new_tokens",
+                                    "policy.max_total_sequence_length"])
 def test_a_value_of_the_wrong_type_is_named_by_its_own_key(assets, dotted):
     """A word where a count belongs is named as itself, not through a rule computed from it
     (the schedule check multiplied the two before their types were checked)."""
@@ -326,3 +328,14 @@ def test_a_value_of_the_wrong_type_is_named_by_its_own_key(assets, dotted):
                          ignore_unsupported=True)
     assert dotted in str(err.value) and "many" not in str(err.value).split(dotted)[0], err.value
     assert "scheduler" not in str(err.value)
+
+
+@pytest.mark.parametrize("key", ["start_factor", "end_factor", "total_iters"])
+def test_a_scheduler_setting_that_is_not_a_number_is_named(assets, key):
+    cfg = grpo(assets)
+    cfg["policy"]["scheduler"][0]["kwargs"][key] = "many"
+    with pytest.raises(ValueError, match=rf"policy\.scheduler\[0\]\.kwargs\.{key}: 'many' is "
+                                         "not (a number|an integer)"):
+        rlnb.load_config(write_yaml(assets_path(assets) / "sched.yaml", cfg),
+                         ignore_unsupported=True)
+

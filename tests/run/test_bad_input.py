@@ -776,3 +776,16 @@ def test_a_full_disk_is_named_with_its_folder_and_the_space(small_disk, capsys):
     assert steps == [0, 1, 2]
     assert (run / "error.txt").read_text().startswith("failed at step 2 (DiskFull): no space")
     assert not list((run / "checkpoints").glob("step_*"))  # no half-written checkpoint
+
+
+def test_a_warm_start_cache_on_a_full_disk_costs_time_not_the_run(small_disk, tmp_path,
+                                                                   monkeypatch, capsys):
+    monkeypatch.setenv("RLNB_CACHE_DIR", str(small_disk))
+    code = main(["train", "--run-dir", str(tmp_path / "run"), "--no-progress", *SMALL,
+                 "policy.tiny.hidden_size=256", "sft.enabled=true", "grpo.max_num_steps=1",
+                 "checkpointing.enabled=false"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    said = [x for x in out.out.splitlines() if x.startswith("warm start: not cached at")]
+    assert len(said) == 1 and "No space left on device" in said[0], out.out
+    assert not list(small_disk.glob("warm_start/*"))  # nothing half-written left in the cache

@@ -37,6 +37,14 @@ def test_preflight_checks_everything_and_says_ready(tmp_path):
         assert line is not None and f"{len(exp.settings)} runs x" in line and "about " in line
     assert "steps/s" in out and "all live runs together: about" in out
     assert out.rstrip().endswith("rlnb preflight: ready for the lab")
+    # the lines a student pastes to the lecturer: verdict, machine, versions, cache, problems
+    block = out.split("report (if something failed, paste these lines to the lecturer):\n")[1]
+    lines = [x.strip() for x in block.splitlines()[:7]]
+    assert lines[0] == "rlnb preflight report: ready", block
+    assert lines[1].startswith("machine: ") and " cores, " in lines[1] and "CPU " in lines[1]
+    assert lines[2].startswith("python 3.") and "torch 2." in lines[2] and "build)" in lines[2]
+    assert lines[3].startswith(f"cache: {tmp_path / 'cache'} (") and "GiB free)" in lines[3]
+    assert lines[4].startswith("the lab's live runs: about ") and lines[5] == "problems: none"
     assert not list(tmp_path.glob("runs")), "preflight leaves no run directory behind"
 
 

@@ -38,6 +38,9 @@ def test_export_points_at_a_local_mathjax_not_a_cdn(tmp_path):
     loader = re.search(r'<script src="([^"]*MathJax\.js[^"]*)"', text)
     assert loader and loader.group(1).startswith("mathjax/MathJax.js?config="), loader
     assert "cdnjs.cloudflare.com/ajax/libs/mathjax" not in text
+    # nor any other script or style from the network (nbconvert's template loads require.js)
+    assert not re.findall(r'(?:src|href)="(?:https?:)?//[^"]*"', text)
+    assert "require.min.js" not in text
     folder = tmp_path / "out" / "mathjax"
     assert (folder / "MathJax.js").is_file() and (folder / "config" / "rlnb.js").is_file()
     for config in loader.group(1).split("config=")[1].split(","):  # every config it names
@@ -118,6 +121,8 @@ def test_an_exported_tutorial_typesets_every_formula_offline(offline_browser, tm
         assert not RAW_TEX.search(text), RAW_TEX.search(text).group(0)
         fetched = [u for u in requests if "mathjax" in u.lower()]
         assert fetched and all(u.startswith("file://") for u in fetched), fetched
+        # the page asked the network for nothing (every such request was aborted)
+        assert [u for u in requests if not u.startswith("file://")] == []
         # the glyphs come from the STIX-Web fonts shipped beside the page
         assert any("STIX-Web" in u and u.split("?")[0].endswith(".woff") for u in fetched)
     finally:

@@ -18,7 +18,8 @@ Implementation choices:
 4) The HTML export drops the saved widget state, so each widget output falls back to the
    text/html or text/plain it carries (rendering the live widget needs scripts from a CDN).
    Its formulas use a MathJax copied next to it (``mathjax/``, ``rlnb.run.notebooks.mathjax``), so
-   the page typesets them offline.
+   the page typesets them offline; the template's require.js (a CDN script no rlnb output needs)
+   is left out, so the page requests nothing from the network.
 """
 
 from __future__ import annotations
@@ -121,6 +122,25 @@ def _this_python_kernel_manager():
 
     class ThisPythonKernelManager(AsyncKernelManager):
         exit_codes: list[int] = []  # a kernel found dead: its exit status (-N: signal N)
+
+        @default("transport")
+        def _transport_default(self):
+            # Unix sockets where there are: TCP ports are picked free, released, then bound by
+            # the kernel, and a kernel started at the same moment elsewhere (a sweep's other
+            # point, a test worker) can take one in between ("Address already in use")
+            return "ipc" if os.name == "posix" else "tcp"
+
+        @default("ip")
+        def _ip_default(self):
+            if self.transport != "ipc":
+                return super()._ip_default()
+            # the sockets' path prefix: unique and absolute (jupyter_client's default is
+            # "kernel-ipc" in the kernel's folder, shared by ranks started in one folder), and
+            # short (a Unix socket path holds about 100 characters)
+            import tempfile
+            import uuid
+
+            return os.path.join(tempfile.gettempdir(), f"rlnb-kernel-{uuid.uuid4().hex[:12]}")
 
         @default("kernel_spec_manager")
         def _kernel_spec_manager_default(self):
@@ -246,6 +266,10 @@ def export_html(notebook: str | Path, html: str | Path | None = None,
     exporter = HTMLExporter(mathjax_url=url) if url else HTMLExporter()
     body, _ = exporter.from_notebook_node(
         nb, resources={"metadata": {"name": title or notebook.stem}})
+    # nbconvert's template loads require.js from a CDN for widget and figure outputs that use an
+    # AMD loader; rlnb's have none (plotly.js is inline: rlnb.widgets.static), so the page loads
+    # nothing from the network (mermaid, also on a CDN, loads only for a mermaid diagram)
+    body = body.replace(f'<script src="{exporter.require_js_url}"></script>', "")
     return atomic_write_text(html, body)
 
 

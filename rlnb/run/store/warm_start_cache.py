@@ -19,6 +19,8 @@ Implementation choices:
 5) A LoRA policy's entry is its base weights under the plain model's names
    (``lora.base_state_dict``): the warm start trains the base with the adapters off, so runs with
    and without adapters share entries.
+6) A cache that cannot be written (a full disk, a read-only folder) is said in one line and the
+   run goes on with the weights it just computed; nothing half-written is left (``atomic_dir``).
 """
 
 from __future__ import annotations
@@ -61,7 +63,14 @@ def cached_warm_start(trainer, cfg: SFTConfig, *, progress: bool = False, log=pr
             shutil.rmtree(path, ignore_errors=True)
     info = {**warm_start(trainer, cfg, progress=progress, log=log), "built_by": stamp}
     if cfg.cache and write:
-        _save(path, trainer.policy, info)
+        try:
+            _save(path, trainer.policy, info)
+        except Exception as err:  # choice 6: a cache that cannot be written costs time, not the
+            # run (safetensors reports a full disk as its own SafetensorError, not an OSError)
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            log(f"warm start: not cached at {path} ({reason}); the run goes on, and the next "
+                "one with these settings runs the warm start again")
+            return {**info, "cached": False, "path": None}
     return {**info, "cached": False, "path": str(path) if cfg.cache else None}
 
 

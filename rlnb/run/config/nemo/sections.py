@@ -125,7 +125,7 @@ def _optimizer(r: Report, owner: str) -> dict | None:
         r.ignore(f"{owner}.optimizer.kwargs.{key}", "speed")
     schedule = r.take(f"{owner}.scheduler")
     if schedule is not None:
-        warmup = _warmup(schedule)
+        warmup = _warmup(schedule, f"{owner}.scheduler")
         if warmup is None:
             r.refuse(f"{owner}.scheduler", "rlnb's schedule is a linear warm-up to a constant "
                      "rate (LinearLR(end_factor=1) then ConstantLR(factor=1), or constant)")
@@ -134,26 +134,34 @@ def _optimizer(r: Report, owner: str) -> dict | None:
     return opt
 
 
-def _warmup(schedule: Any) -> tuple[int, float] | None:
+def _warmup(schedule: Any, where: str) -> tuple[int, float] | None:
     """``(steps, start_factor)`` of a NeMo-RL scheduler list rlnb can run ((0, 1.0): constant),
-    or None."""
+    or None. A factor or step count that is not a number is named by its key (``where``)."""
     if not isinstance(schedule, list):
         return None
-    steps = [e for e in schedule if isinstance(e, Mapping) and "name" in e]
+    steps = [(i, e) for i, e in enumerate(schedule) if isinstance(e, Mapping) and "name" in e]
     milestones = [e["milestones"] for e in schedule if isinstance(e, Mapping) and "milestones" in e]
-    names = [str(e["name"]).rsplit(".", 1)[-1] for e in steps]
-    kwargs = [dict(e.get("kwargs") or {}) for e in steps]
-    constant = [n == "ConstantLR" and float(k.get("factor", 1 / 3)) == 1.0
-                for n, k in zip(names, kwargs)]
+    names = [str(e["name"]).rsplit(".", 1)[-1] for _, e in steps]
+    kwargs = [dict(e.get("kwargs") or {}) for _, e in steps]
+
+    def number(j: int, key: str, default: float, kind=float):
+        value = kwargs[j].get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                kind is int and value != int(value)):
+            raise ValueError(f"{where}[{steps[j][0]}].kwargs.{key}: {value!r} is not "
+                             f"{'an integer' if kind is int else 'a number'}")
+        return kind(value)
+
+    constant = [n == "ConstantLR" and number(j, "factor", 1 / 3) == 1.0
+                for j, n in enumerate(names)]
     if all(constant):
         return 0, 1.0
     if names[0] != "LinearLR" or not all(constant[1:]):
         return None
-    first = kwargs[0]
-    total = int(first.get("total_iters", 5))
-    if float(first.get("end_factor", 1.0)) != 1.0 or milestones not in ([], [[total]]):
+    total = number(0, "total_iters", 5, int)
+    if number(0, "end_factor", 1.0) != 1.0 or milestones not in ([], [[total]]):
         return None
-    return total, float(first.get("start_factor", 1 / 3))
+    return total, number(0, "start_factor", 1 / 3)
 
 
 def schedule_cadence(r: Report, out: dict, loop: str) -> None:
@@ -161,7 +169,7 @@ def schedule_cadence(r: Report, out: dict, loop: str) -> None:
     same only with one optimizer step per training step."""
     prompts, group = (out[loop].get(k) for k in ("num_prompts_per_step",
                                                   "num_generations_per_prompt"))
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (prompts, group)):
+    if not (is_count(prompts) and is_count(group)):
         return  # not numbers: the config's own check names the key and its type
     rows = prompts * group
     for owner in ("policy", "value"):
@@ -184,9 +192,9 @@ def _generation(r: Report, policy: dict) -> dict:
               "rlnb stops at the tokenizer's end-of-sequence token and stop_strings")
     total, budget = policy.get("max_total_sequence_length"), r.take("policy.generation."
                                                                      "max_new_tokens")
-    if budget is not None and total is not None and budget >= total:
+    if is_count(budget) and is_count(total) and budget >= total:  # else: checked at load, by key
         prompt = r.take("data.max_input_seq_length")
-        if prompt is not None and prompt < total:
+        if is_count(prompt) and prompt < total:
             budget = total - prompt
             r.ignore("policy.generation.max_new_tokens", note="NeMo-RL lets each response fill "
                      f"the context its prompt leaves; rlnb gives every response {budget} tokens "
@@ -289,3 +297,10 @@ def logger_section(r: Report) -> dict:
         r.used("logger.wandb.name")
     r.ignore("logger", "logging")
     return cfg
+
+
+def is_count(value: Any) -> bool:
+    """Whether a YAML value is an integer (not a bool): arithmetic on a raw value waits for it,
+    so a word where a count belongs is named by its own key when the config is checked."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
