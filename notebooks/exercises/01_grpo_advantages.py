@@ -8,6 +8,10 @@
 #
 # Notation (docs/teaching.md has the full sheet): P prompts per step, G responses per prompt
 # (a *group*), B = P·G responses; rewards are laid out `[P, G]` here, one row per prompt.
+#
+# **Objective:** compute a group-relative advantage by hand and say why, in a group with one
+# right answer, the answers are weighed on two scales. **Before this:** the policy gradient with
+# a baseline; PyTorch tensors and their shapes.
 
 # %% tags=["parameters"]
 fast = False  # tests: a smaller model, no warm start, 2 training steps per run
@@ -85,6 +89,9 @@ teach.check_grpo_advantages(grpo_advantages)
 # A few groups by hand. Before running the cell: in a group of four with one right answer,
 # which is larger in size, the right answer's advantage or a wrong answer's?
 
+# %% [markdown] tags=["student"]
+# *Your prediction:*
+
 # %%
 examples = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
 print("leave-one-out (yours):\n", grpo_advantages(examples))
@@ -92,7 +99,7 @@ group = torch.arange(3).repeat_interleave(4)  # [B]: the prompt of each row
 print("without leave-one-out (rlnb):\n",
       rlnb.grpo_advantages(group, examples.flatten(), leave_one_out=False).view(3, 4))
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # The lone right answer of `[1, 0, 0, 0]` gets +1 while each wrong answer gets −0.58: the right
 # answer's others all agree (σ = 0), so it keeps the raw difference, while the wrong answers
 # are divided by the std of `[1, 0, 0]`. Leave-one-out with ÷ std mixes two scales in one group
@@ -100,7 +107,8 @@ print("without leave-one-out (rlnb):\n",
 # (`rlnb.grpo_advantages(..., leave_one_out=False)`): the rarer outcome always weighs more,
 # which Dr. GRPO (https://arxiv.org/abs/2503.20783) argues biases training towards questions
 # that are almost always right or almost always wrong.
-#
+
+# %% [markdown]
 # ## 3. On a real batch
 #
 # One rollout of the warm-started tiny model (16 prompts × 16 answers of 2-digit additions;

@@ -4,6 +4,10 @@
 # The policy loss of PPO, GRPO and DAPO is one line per token. You will write it, with DAPO's
 # asymmetric clip and the dual clip, check it against rlnb, look at which tokens it stops
 # pushing, and predict when the clip acts at all before a short real run shows it.
+#
+# **Objective:** write the clipped policy loss per token and say which tokens the clip stops
+# pushing, and what DAPO's clip-higher and the dual clip change. **Before this:** exercise 1; the
+# importance ratio π_θ/π_old.
 
 # %% tags=["parameters"]
 fast = False  # tests: a smaller model, no warm start, 2 training steps per run

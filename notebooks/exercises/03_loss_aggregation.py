@@ -5,6 +5,9 @@
 # responses of different lengths differently. You will write both, measure each token's
 # weight on a real batch, and predict whether the difference shows in a short run on a task
 # whose answers can be padded with "thinking" characters.
+#
+# **Objective:** turn per-token losses into one number in two ways and measure how each weighs
+# long and short responses. **Before this:** exercise 2; masked means.
 
 # %% tags=["parameters"]
 fast = False  # tests: a smaller model, no warm start, 2 training steps per run

@@ -5,6 +5,9 @@
 # probs of the *sampled* tokens, so it estimates the KL from them. You will write the three
 # estimators in use and the exact KL over a vocabulary, measure each estimator's bias by
 # sampling, and predict what the penalty's strength does in a short real run.
+#
+# **Objective:** write k1, k2, k3 and the exact KL, and measure their bias and variance by
+# sampling. **Before this:** the KL divergence; log-probabilities.
 
 # %% tags=["parameters"]
 fast = False  # tests: a smaller model, no warm start, 2 training steps per run
@@ -86,6 +89,9 @@ teach.check_exact_kl(exact_kl)
 # Draw tokens from π, average each estimator, compare with the exact KL. Predict first: which
 # estimator's mean misses the exact KL, and in which direction?
 
+# %% [markdown] tags=["student"]
+# *Your prediction:*
+
 # %%
 generator = torch.Generator().manual_seed(seed)
 reference_logits = torch.randn(8, generator=generator)
@@ -105,7 +111,7 @@ for name, shift in (("close", 0.3), ("far", 1.5)):
     rows[name] = row
 pd.DataFrame(rows).T
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # With 200 000 samples the standard error of each mean is its std / 447: k1's and k3's means
 # sit within about two standard errors of the exact KL, k2's gap is a bias that more samples
 # would not remove (for the far pair it misses by a third). Compare the stds: for the close
@@ -113,7 +119,8 @@ pd.DataFrame(rows).T
 # tokens; for the far pair k3's std is the larger one, because $e^\ell$ explodes on tokens
 # the reference likes far more than π does. k3 is the right default for a KL *penalty*, which
 # keeps π near π_ref, the regime where it has low variance.
-#
+
+# %% [markdown]
 # ## 4. Predict, then run: the strength of the penalty
 #
 # Two runs of 100 GRPO steps with the k3 penalty in the loss, β = 0.01 (notebook 01's value)

@@ -4,6 +4,9 @@
 # PPO learns a critic $V$ and turns the reward at the end of a response into an advantage for
 # every token. You will write GAE with its masking, see how λ spreads the credit along a
 # response, and predict how λ changes a short real PPO run while the critic is still young.
+#
+# **Objective:** write GAE backwards over a masked response and see how λ moves the credit along
+# it. **Before this:** exercise 2; value functions and the TD error.
 
 # %% tags=["parameters"]
 fast = False  # tests: a smaller model, no warm start, 2 training steps per run
@@ -60,6 +63,9 @@ teach.check_gae(gae)
 #
 # One response of 5 tokens with reward 1 and a critic that already values the state 0.6 from
 # the third token on. Predict first: with λ = 0, which tokens get a non-zero advantage?
+
+# %% [markdown] tags=["student"]
+# *Your prediction:*
 
 # %%
 values = torch.tensor([[0.2, 0.3, 0.6, 0.6, 0.6]])

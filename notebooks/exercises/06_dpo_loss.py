@@ -4,6 +4,9 @@
 # DPO learns from pairs of answers, one preferred, without a reward model or a value model.
 # You will write its loss, check it, then train the tiny model with *your* loss on pairs of its
 # own right and wrong answers, and predict how that compares with GRPO on the same prompts.
+#
+# **Objective:** write the DPO loss from a pair's summed log-ratios, then train with it. **Before
+# this:** exercise 4 (log-ratios against a reference); the logistic function.
 
 # %% tags=["parameters"]
 fast = False  # tests: a smaller model, no warm start, 2 training steps per run
@@ -53,6 +56,9 @@ teach.check_dpo_loss(dpo_loss)
 # One pair, 3 tokens each. Before running: does the gradient raise the chosen tokens'
 # log-probs, lower the rejected ones', or both? And what happens to it as β(ρ_c − ρ_r) grows?
 
+# %% [markdown] tags=["student"]
+# *Your prediction:*
+
 # %%
 for margin in (0.0, 2.0, 10.0):
     logprobs = torch.tensor([[-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]])
@@ -64,11 +70,12 @@ for margin in (0.0, 2.0, 10.0):
     print(f"margin {margin:4.1f}: loss {loss.item():.4f}  d loss/d logprob chosen "
           f"{logprobs.grad[0, 0].item():+.4f}  rejected {logprobs.grad[1, 0].item():+.4f}")
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # Minimising the loss raises the chosen log-probs and lowers the rejected ones equally, by
 # $\beta\,\sigma(-\beta\Delta)$ per token, which vanishes once the margin is large: a pair
 # the policy already ranks right stops teaching.
-#
+
+# %% [markdown]
 # ## 3. Predict, then run: DPO on its own answers, or GRPO?
 #
 # Each step samples 16 prompts × 16 answers. GRPO trains on all 256 with group advantages.

@@ -5,6 +5,10 @@
 # `"cba"`). You will write its reward function, check it against the task's own, count the
 # groups that carry a learning signal on real samples of the tiny model, and predict how the
 # sampling temperature changes that count and training.
+#
+# **Objective:** write a reward function the way TRL calls it and count the groups that carry a
+# learning signal. **Before this:** exercise 1 (a group whose rewards all agree has zero
+# advantage).
 
 # %% tags=["parameters"]
 fast = False  # tests: a smaller model, no warm start, 2 training steps per run
