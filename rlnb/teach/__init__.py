@@ -24,7 +24,7 @@ from rlnb.teach.aggregation import (
     check_sequence_level_loss,
     check_token_level_loss,
 )
-from rlnb.teach.check import Case, CheckFailed, Exercise, Mistake, check
+from rlnb.teach.check import Case, CheckFailed, Exercise, Mistake, check, show_check_failures
 from rlnb.teach.dpo import DPO, check_dpo_loss
 from rlnb.teach.gae import GAE, check_gae
 from rlnb.teach.kl import ESTIMATORS, EXACT, check_exact_kl, check_kl_estimator
@@ -43,5 +43,8 @@ __all__ = [
     "ExperimentResult", "Mistake", "check", "check_dpo_loss", "check_exact_kl",
     "check_fraction_with_signal", "check_gae", "check_grpo_advantages", "check_kl_estimator",
     "check_leave_one_out_baseline", "check_ppo_clip_loss", "check_reverse_reward",
-    "check_sequence_level_loss", "check_token_level_loss", "run_experiment", "warm_trainer",
+    "check_sequence_level_loss", "check_token_level_loss", "run_experiment",
+    "show_check_failures", "warm_trainer",
 ]
+
+show_check_failures()  # in a notebook: a failed check shows the student's frames only

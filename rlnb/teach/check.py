@@ -12,15 +12,19 @@ Implementation choices:
 1) Output by output: for an exercise returning ``(baseline, std)`` a right baseline and a
    wrong std name the std's mistake only.
 2) A mistake explains an output only if it matches the student's on *every* case, so two
-   mistakes that agree on one case are told apart by another. When none does, the message
-   names the mistakes that match on the first failing case, else the first element that
-   differs and by how much.
+   mistakes that agree on one case are told apart by another. When none does, see 6.
 3) Inputs are cloned for every call; a function that edits its inputs in place is reported.
 4) ``NotImplementedError`` (an unfilled stub) passes through unchanged, so a notebook stops at
    the stub's "implement this" message. Any other exception from the student's code is
    reported with the case it was called on.
 5) ``grad_wrt``: once the values match, the gradient of Σ w·output (w fixed, random) with
    respect to that input is compared too, so a loss computed on detached tensors is caught.
+6) When no mistake explains every case, the message is one line per case: passed, or failed
+   with the element, both values and any mistake it matches on that case alone. What the failing
+   cases probe and the passing ones do not is where to look; the known mistakes are not listed
+   again (docs/teaching.md has them).
+7) In a notebook, a failed check shows its message and the cell's line, not the library's
+   frames (``show_check_failures``, installed when ``rlnb.teach`` is imported in IPython).
 """
 
 from __future__ import annotations
@@ -257,24 +261,27 @@ def _diagnose(exercise: Exercise, k: int, got: list, expected: list
             return (f"{fn}: your {name} match {m.says}: see {_where(exercise, case, name, index)} "
                     f"of case '{case.name}', where {exercise.reference_name} gives {_fmt(e)} and "
                     f"you give {_fmt(g)}.", m.key, case.name)
-    i = failing[0]
-    case = exercise.cases[i]
-    index = _first_difference(got[i][k], expected[i][k], exercise)
-    e, g = expected[i][k][index].item(), got[i][k][index].item()
-    here = [m for m in exercise.mistakes
-            if wrong[m.key][i] is not None and _close(got[i][k], wrong[m.key][i], exercise)]
-    message = (f"{fn}: on case '{case.name}' ({case.why or _show_inputs(case)}), "
-               f"{_where(exercise, case, name, index)} is {_fmt(g)} where "
-               f"{exercise.reference_name} gives {_fmt(e)} (off by {g - e:.4g}).")
-    if here:
-        message += (" On this case it matches " + "; or ".join(m.says for m in here)
-                    + ", but not on every case.")
-    else:
-        message += (" It matches none of the mistakes this check knows ("
-                    + "; ".join(m.says for m in exercise.mistakes) + ").")
+    # choice 6: no known mistake explains every case: which cases pass and which fail, each
+    # with what it probes, is the student's best clue
+    lines = [f"{fn}: your {name} differ from {exercise.reference_name} on {len(failing)} of "
+             f"{len(exercise.cases)} cases (no known mistake explains them all):"]
+    for i, case in enumerate(exercise.cases):
+        probes = case.why or _show_inputs(case)
+        if i not in failing:
+            lines.append(f"  ✓ '{case.name}' ({probes})")
+            continue
+        index = _first_difference(got[i][k], expected[i][k], exercise)
+        e, g = expected[i][k][index].item(), got[i][k][index].item()
+        line = (f"  ✗ '{case.name}' ({probes}): {_where(exercise, case, name, index)} is "
+                f"{_fmt(g)} where {exercise.reference_name} gives {_fmt(e)} (off by {g - e:.4g})")
+        here = [m.says for m in exercise.mistakes
+                if wrong[m.key][i] is not None and _close(got[i][k], wrong[m.key][i], exercise)]
+        if here:
+            line += "; on this case it matches " + "; or ".join(here) + ", but not on every case"
+        lines.append(line)
     if exercise.notes.get(name):
-        message += " " + exercise.notes[name]
-    return message, None, case.name
+        lines.append(exercise.notes[name])
+    return "\n".join(lines), None, exercise.cases[failing[0]].name
 
 
 def _mistaken(mistake: Mistake, exercise: Exercise, case: Case, k: int) -> torch.Tensor | None:
@@ -326,3 +333,41 @@ def _check_gradient(exercise: Exercise, fn: Callable) -> None:
                 f"{_fmt(ref[index].item())} (a detached term, or a clamp where the reference "
                 "keeps the gradient, changes the gradient but not the value)",
                 mistake="wrong_gradient", case=case.name)
+
+
+def show_check_failures(shell=None) -> bool:
+    """In IPython (a notebook), show a ``CheckFailed`` with the frames of the notebook's and the
+    student's code only: rlnb's own frames (the check's machinery) are dropped from the
+    traceback, so the message sits right under the cell line that called the check (choice 7).
+    Returns whether a shell was found. Nothing is imported: without IPython it does nothing."""
+    import sys
+
+    if shell is None:
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        return False
+
+    def handler(shell, etype, value, tb, tb_offset=None):
+        shell.showtraceback((etype, value, _without_library_frames(tb)), tb_offset=tb_offset)
+
+    shell.set_custom_exc((CheckFailed,), handler)
+    return True
+
+
+def _without_library_frames(tb):
+    """The traceback ``tb`` without the frames of rlnb's own files (a new chain)."""
+    import types
+    from pathlib import Path
+
+    library = str(Path(__file__).resolve().parents[1])  # the rlnb package
+    kept = []
+    while tb is not None:
+        if not str(Path(tb.tb_frame.f_code.co_filename).resolve()).startswith(library):
+            kept.append(tb)
+        tb = tb.tb_next
+    new = None
+    for t in reversed(kept):
+        new = types.TracebackType(new, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return new
+

@@ -2,6 +2,7 @@
 names, with that mistake's message, and passes a right one written independently."""
 
 import math
+import re
 import warnings
 
 import pytest
@@ -407,7 +408,7 @@ def test_two_mistakes_in_two_outputs_are_both_named():
     assert "your std match the whole group's std" in lines[1]
 
 
-def test_an_unknown_mistake_says_where_it_differs_and_lists_the_known_ones():
+def test_an_unknown_mistake_says_where_it_differs_case_by_case():
     def off_by_a_little(rewards, eps=1e-6):
         return adv_right(rewards, eps) * 1.01
     with pytest.raises(CheckFailed) as err:
@@ -415,7 +416,8 @@ def test_an_unknown_mistake_says_where_it_differs_and_lists_the_known_ones():
     message = str(err.value)
     assert err.value.mistake is None and err.value.case == "one correct of four"
     assert "advantages[0, 0] is 1.01 where rlnb.grpo_advantages gives 1 (off by 0.01)" in message
-    assert "It matches none of the mistakes this check knows" in message
+    assert "(no known mistake explains them all)" in message
+    assert "dividing by the whole group's std" not in message  # the known ones are not listed
 
 
 def test_a_mistake_on_some_cases_only_is_not_named_as_that_mistake():
@@ -424,7 +426,7 @@ def test_a_mistake_on_some_cases_only_is_not_named_as_that_mistake():
     with pytest.raises(CheckFailed) as err:
         teach.check_grpo_advantages(sometimes)
     assert err.value.mistake is None
-    assert "On this case it matches not dividing by the std at all" in str(err.value)
+    assert "on this case it matches not dividing by the std at all" in str(err.value)
     assert "but not on every case" in str(err.value)
 
 
@@ -502,3 +504,37 @@ def test_the_cases_tell_every_pair_of_mistakes_apart():
                         continue  # a's mistake is in another output
                     assert not all(_close(x, y, ex) for x, y in zip(outs_a, outs_b)), \
                         f"{name}: {a.key} and {b.key} give the same {ex.outputs[k]}"
+
+
+def test_in_ipython_a_failed_check_shows_no_library_frame():
+    """The notebook display: the cell's line, then the message; none of rlnb's frames."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    shell = InteractiveShell.instance()
+    try:
+        assert teach.show_check_failures(shell)
+        shell.user_ns["teach"] = teach
+        with capture_output() as shown:
+            shell.run_cell("def adv(rewards, eps=1e-6):\n    return rewards * 0 + 1\n"
+                           "teach.check_grpo_advantages(adv)")
+        text = re.sub(r"\x1b\[[0-9;]*m", "", shown.stdout + shown.stderr)  # no colours
+        assert "CheckFailed" in text and "teach.check_grpo_advantages(adv)" in text, text
+        assert "rlnb/teach/" not in text and "check.py" not in text, text
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def test_an_unexplained_mistake_lists_each_case_passed_or_failed_once():
+    def right_only_with_two(rewards, eps=1e-6):  # right for G = 2 groups, else scaled
+        return adv_right(rewards, eps) * (1.0 if rewards.shape[1] == 2 else 1.5)
+    with pytest.raises(CheckFailed) as err:
+        teach.check_grpo_advantages(right_only_with_two)
+    lines = str(err.value).splitlines()
+    cases = teach.EXERCISES["grpo_advantages"].cases
+    assert lines[0].startswith("grpo_advantages: your advantages differ from "
+                               "rlnb.grpo_advantages on ")
+    assert len(lines) == 1 + len(cases)  # one line per case, no list of every known mistake
+    for line, case in zip(lines[1:], cases):
+        assert line.startswith((f"  ✓ '{case.name}'", f"  ✗ '{case.name}'")), line
+    assert any(x.startswith("  ✓ ") for x in lines) and any(x.startswith("  ✗ ") for x in lines)
