@@ -108,6 +108,9 @@ def _advantage_mistakes() -> list[Mistake]:
                 lambda r, eps=1e-6: divided(r - r.mean(1, keepdim=True), _group_std(r), eps)),
         Mistake("no_std", "not dividing by the std at all (r - b: Dr. GRPO's choice, not this "
                 "exercise's)", lambda r, eps=1e-6: loo(r)[0]),
+        Mistake("population_std", "dividing by the others' std with ÷ n instead of Bessel's "
+                "÷ (n-1) (torch.std's default is unbiased=True)",
+                lambda r, eps=1e-6: divided(loo(r)[0], _others_std(r, unbiased=False), eps)),
     ]
 
 

@@ -26,10 +26,11 @@ def reference_dpo(logprobs, reference_logprobs, token_mask, *, beta=0.1):
 
 
 def _variant(*, mask=True, reference=True, mean=False, beta_outside=False, swap=False,
-             sign=1, per_row=False):
+             sign=1, per_row=False, reduce="mean"):
     def loss(logprobs, reference_logprobs, token_mask, *, beta=0.1):
         m = token_mask if mask else torch.ones_like(token_mask)
-        diff = logprobs - reference_logprobs if reference else logprobs
+        diff = (logprobs + reference_logprobs if reference == "added" else
+                logprobs - reference_logprobs if reference else logprobs)
         rho = (diff * m).sum(-1)  # [B]
         if mean:
             rho = rho / m.sum(-1).clamp(min=1)
@@ -41,6 +42,8 @@ def _variant(*, mask=True, reference=True, mean=False, beta_outside=False, swap=
         else:
             per_pair = -F.logsigmoid(beta * (chosen - rejected))
         per_pair = sign * per_pair
+        if reduce == "sum":
+            return per_pair.sum()
         return per_pair.sum() / len(rho) if per_row else per_pair.mean()
 
     return loss
@@ -61,6 +64,10 @@ MISTAKES = [
             "prefer the rejected answers)", _variant(sign=-1)),
     Mistake("divide_by_rows", "dividing by the number of rows instead of the number of pairs "
             "(half the rows)", _variant(per_row=True)),
+    Mistake("reference_added", "log π + log π_ref instead of log π - log π_ref (the reference's "
+            "log-probs added, not subtracted)", _variant(reference="added")),
+    Mistake("summed_pairs", "summing the pairs' losses instead of averaging them (the loss, "
+            "and so the step, then grows with the batch)", _variant(reduce="sum")),
 ]
 
 

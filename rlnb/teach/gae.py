@@ -37,6 +37,11 @@ def _variant(*, reward_at="last_valid", direction="right_to_left", trace="gamma_
                 t_r = int(valid[-1]) if reward_at == "last_valid" else T - 1
                 token_rewards[b, t_r] = rewards[b]
         adv = torch.zeros_like(values)
+        if padding == "through":  # vectorised over every position, masked only at the end
+            adv = _plain_gae(token_rewards, values, gamma, lam) * mask
+            return adv, (adv + values) * mask
+        if direction == "accumulate_forward":
+            return _accumulated_forward(token_rewards, values, mask, gamma, lam)
         for b in range(B):
             next_v = next_a = 0.0
             steps = range(T - 1, -1, -1) if direction == "right_to_left" else range(T)
@@ -48,8 +53,9 @@ def _variant(*, reward_at="last_valid", direction="right_to_left", trace="gamma_
                     if gaps == "reset" and t < last:
                         next_v = next_a = 0.0
                     continue
-                d = token_rewards[b, t] + (gamma if delta == "gamma" else gamma * lam) * next_v \
-                    - values[b, t]
+                discount = {"gamma": gamma, "gamma_lambda": gamma * lam, "lambda": lam,
+                            "none": 0.0}[delta]
+                d = token_rewards[b, t] + discount * next_v - values[b, t]
                 a = d + (gamma * lam if trace == "gamma_lambda" else lam) * next_a
                 adv[b, t] = a
                 next_v, next_a = float(values[b, t]), float(a)
@@ -60,6 +66,35 @@ def _variant(*, reward_at="last_valid", direction="right_to_left", trace="gamma_
         return adv, ret
 
     return gae
+
+
+def _plain_gae(token_rewards, values, gamma, lam):
+    """GAE over every position of each row, padding included (V past the row's end is 0)."""
+    B, T = values.shape
+    adv = torch.zeros_like(values)
+    next_v = torch.zeros(B)
+    next_a = torch.zeros(B)
+    for t in range(T - 1, -1, -1):
+        d = token_rewards[:, t] + gamma * next_v - values[:, t]
+        next_a = d + gamma * lam * next_a
+        adv[:, t], next_v = next_a, values[:, t]
+    return adv
+
+
+def _accumulated_forward(token_rewards, values, mask, gamma, lam):
+    """Right δ's (V_next: the next valid token's value), accumulated from the left."""
+    B, T = values.shape
+    adv = torch.zeros_like(values)
+    for b in range(B):
+        valid = [int(t) for t in mask[b].nonzero().flatten()]
+        deltas = [float(token_rewards[b, t]) + gamma * (float(values[b, valid[j + 1]])
+                                                       if j + 1 < len(valid) else 0.0)
+                  - float(values[b, t]) for j, t in enumerate(valid)]
+        a = 0.0
+        for t, d in zip(valid, deltas):
+            a = d + gamma * lam * a
+            adv[b, t] = a
+    return adv, (adv + values) * mask
 
 
 MISTAKES = [
@@ -80,6 +115,17 @@ MISTAKES = [
             "it and carry both across)", _variant(gaps="reset")),
     Mistake("monte_carlo_returns", "the Monte Carlo reward-to-go (the λ = 1 return) instead "
             "of A_t + V_t", _variant(returns="reward_to_go")),
+    Mistake("accumulated_from_the_left", "the right δ_t, but accumulated from the left, "
+            "A_t = δ_t + γλ·A_{t-1}: A_t sums the δ's that come *after* t, so the recursion runs "
+            "from the end backwards", _variant(direction="accumulate_forward")),
+    Mistake("gamma_lambda_swapped", "δ_t = R_t + λ·V_{t+1} - V_t (γ and λ swapped: γ "
+            "discounts the next value in δ, λ only weighs the accumulation)",
+            _variant(delta="lambda")),
+    Mistake("no_bootstrap", "δ_t = R_t - V_t (the γ·V_{t+1} term is missing: δ bootstraps from "
+            "the next token's value)", _variant(delta="none")),
+    Mistake("through_padding", "running the recursion over every position and masking only "
+            "at the end: masked positions (padding, an environment turn) pass their values "
+            "into V_next and their δ's into A_next; skip them", _variant(padding="through")),
 ]
 
 

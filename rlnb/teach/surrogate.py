@@ -27,7 +27,8 @@ def reference_loss(logprobs, prev_logprobs, advantages, *, eps_low=0.2, eps_high
     return clipped_surrogate(advantages, ratio, clamped, logprobs, ratio_clip_c=dual_clip_c)
 
 
-def _variant(*, ratio="exp", bound="max", swap=False, clip_only=False, dual="A<0", sign=1):
+def _variant(*, ratio="exp", bound="max", swap=False, clip_only=False, dual="A<0", sign=1,
+             one_eps=False, clip_advantage=False):
     """A wrong surrogate: each keyword names what the mistake changes."""
 
     def loss(logprobs, prev_logprobs, advantages, *, eps_low=0.2, eps_high=0.28,
@@ -37,11 +38,17 @@ def _variant(*, ratio="exp", bound="max", swap=False, clip_only=False, dual="A<0
             rho = torch.exp(logprobs - prev_logprobs)
         elif ratio == "inverted":
             rho = torch.exp(prev_logprobs - logprobs)
+        elif ratio == "log":  # the log-ratio, not exponentiated
+            rho = logprobs - prev_logprobs
         else:  # "quotient" of log-probs
             rho = logprobs / prev_logprobs
         lo, hi = (eps_high, eps_low) if swap else (eps_low, eps_high)
+        if one_eps:
+            hi = lo
         clipped = rho.clamp(1 - lo, 1 + hi)
-        if clip_only:
+        if clip_advantage:
+            per_token = torch.maximum(-A * rho, -A.clamp(1 - lo, 1 + hi) * rho)
+        elif clip_only:
             per_token = -A * clipped
         elif bound == "max":
             per_token = torch.maximum(-A * rho, -A * clipped)
@@ -73,6 +80,13 @@ MISTAKES = [
             "of only where A < 0", _variant(dual="all")),
     Mistake("dual_clip_missing", "ignoring dual_clip_c (no cap at -A·C where A < 0)",
             _variant(dual="off")),
+    Mistake("one_eps", "one ε for both sides, [1 - ε_low, 1 + ε_low] (clip-higher's upper "
+            "bound is 1 + ε_high)", _variant(one_eps=True)),
+    Mistake("clipped_advantage", "clipping the advantage instead of the ratio (the clip "
+            "bounds ρ = π/π_old, and A multiplies the clipped ratio)",
+            _variant(clip_advantage=True)),
+    Mistake("log_ratio_as_ratio", "the log-ratio log π - log π_old used as the ratio (ρ is "
+            "its exponential, exp(logprobs - prev_logprobs))", _variant(ratio="log")),
 ]
 
 

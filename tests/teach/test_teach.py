@@ -86,12 +86,26 @@ def _adv_plain_grpo(rewards, eps=1e-6):
     return out
 
 
+def _adv_population_std(rewards, eps=1e-6):  # the others' std with ÷ n, in a loop
+    P, G = rewards.shape
+    out = torch.zeros(P, G)
+    for p in range(P):
+        for i in range(G):
+            others = [rewards[p, j].item() for j in range(G) if j != i]
+            mean = sum(others) / len(others)
+            var = sum((x - mean) ** 2 for x in others) / len(others)
+            diff = rewards[p, i].item() - mean
+            out[p, i] = diff / (var ** 0.5 + eps) if var > 0 else diff
+    return out
+
+
 ADV_WRONG = {
     "sign": lambda r, eps=1e-6: -adv_right(r, eps),
     "divide_zero_std": _adv_zero_std,
     "whole_group_std": _adv_group_std,
     "no_leave_one_out": _adv_plain_grpo,
     "no_std": lambda r, eps=1e-6: r - loo_right(r)[0],
+    "population_std": _adv_population_std,
 }
 
 
@@ -133,7 +147,23 @@ CLIP_WRONG = {
     "clip_only": _clip(clip_only=True),
     "dual_clip_all_signs": _clip(dual="all"),
     "dual_clip_missing": _clip(dual="none"),
+    "one_eps": _clip(lo_hi=lambda lo, hi: (lo, lo)),
 }
+
+
+def _clip_the_advantage(logprobs, prev_logprobs, advantages, *, eps_low=0.2, eps_high=0.28,
+                        dual_clip_c=None):
+    ratio = torch.exp(logprobs - prev_logprobs)
+    unclipped = ratio * advantages
+    clipped = ratio * torch.clamp(advantages, 1 - eps_low, 1 + eps_high)  # A clipped, not ρ
+    loss = -torch.min(unclipped, clipped)
+    if dual_clip_c is not None:
+        loss = torch.where(advantages < 0, torch.min(loss, -dual_clip_c * advantages), loss)
+    return loss
+
+
+CLIP_WRONG["clipped_advantage"] = _clip_the_advantage
+CLIP_WRONG["log_ratio_as_ratio"] = _clip(ratio_fn=lambda lp, prev: lp - prev)
 
 
 def token_right(per_token, token_mask, sample_mask):
@@ -258,6 +288,52 @@ def _gae(**kw):
         rewards, values, mask, gamma=gamma, lam=lam, **kw)
 
 
+def _gae_vectorised_over_padding(rewards, values, mask, *, gamma=1.0, lam=0.95):
+    B, T = values.shape
+    last = (mask * torch.arange(T)).argmax(1)  # each row's last valid token
+    r = torch.zeros(B, T)
+    r[torch.arange(B), last] = rewards
+    next_values = torch.cat([values[:, 1:], torch.zeros(B, 1)], dim=1)
+    deltas = r + gamma * next_values - values  # padding's values included
+    adv = torch.zeros(B, T)
+    running = torch.zeros(B)
+    for t in reversed(range(T)):
+        running = deltas[:, t] + gamma * lam * running
+        adv[:, t] = running
+    return adv * mask, (adv + values) * mask
+
+
+def _gae_forward_accumulation(rewards, values, mask, *, gamma=1.0, lam=0.95):
+    B, T = values.shape
+    adv = torch.zeros(B, T)
+    for b in range(B):
+        idx = [t for t in range(T) if mask[b, t]]
+        acc = 0.0
+        for j, t in enumerate(idx):  # left to right
+            v_next = values[b, idx[j + 1]].item() if j + 1 < len(idx) else 0.0
+            r = rewards[b].item() if j == len(idx) - 1 else 0.0
+            acc = (r + gamma * v_next - values[b, t].item()) + gamma * lam * acc
+            adv[b, t] = acc
+    return adv, (adv + values) * mask
+
+
+def _gae_swapped(rewards, values, mask, *, gamma=1.0, lam=0.95):
+    return gae_student(rewards, values, mask, gamma=lam, lam=gamma)  # the arguments mixed up
+
+
+def _gae_no_bootstrap(rewards, values, mask, *, gamma=1.0, lam=0.95):
+    B, T = values.shape
+    adv = torch.zeros(B, T)
+    for b in range(B):
+        idx = [t for t in range(T) if mask[b, t]]
+        acc = 0.0
+        for j in reversed(range(len(idx))):
+            r = rewards[b].item() if j == len(idx) - 1 else 0.0
+            acc = (r - values[b, idx[j]].item()) + gamma * lam * acc  # no γ·V_next
+            adv[b, idx[j]] = acc
+    return adv, (adv + values) * mask
+
+
 GAE_WRONG = {
     "reward_at_last_position": _gae(reward_at_end=True),
     "left_to_right": _gae(forward=True),
@@ -266,6 +342,10 @@ GAE_WRONG = {
     "bootstrap_from_padding": _gae(bootstrap=True),
     "reset_at_gap": _gae(reset=True),
     "monte_carlo_returns": _gae(mc_returns=True),
+    "accumulated_from_the_left": _gae_forward_accumulation,
+    "gamma_lambda_swapped": _gae_swapped,
+    "no_bootstrap": _gae_no_bootstrap,
+    "through_padding": _gae_vectorised_over_padding,
 }
 
 
@@ -301,6 +381,21 @@ DPO_WRONG = {
     "sign": _dpo(sign=-1),
     "divide_by_rows": _dpo(per_row=True),
 }
+
+
+def _dpo_reference_added(logprobs, reference_logprobs, token_mask, *, beta=0.1):
+    rho = ((logprobs + reference_logprobs) * token_mask).sum(dim=1)
+    margins = rho.view(-1, 2)
+    return -F.logsigmoid(beta * (margins[:, 0] - margins[:, 1])).mean()
+
+
+def _dpo_summed(logprobs, reference_logprobs, token_mask, *, beta=0.1):
+    rho = ((logprobs - reference_logprobs) * token_mask).sum(dim=1)
+    return -F.logsigmoid(beta * (rho[::2] - rho[1::2])).sum()
+
+
+DPO_WRONG["reference_added"] = _dpo_reference_added
+DPO_WRONG["summed_pairs"] = _dpo_summed
 
 
 def reward_student(prompts, completions, compare=None):
@@ -538,3 +633,48 @@ def test_an_unexplained_mistake_lists_each_case_passed_or_failed_once():
     for line, case in zip(lines[1:], cases):
         assert line.startswith((f"  ✓ '{case.name}'", f"  ✗ '{case.name}'")), line
     assert any(x.startswith("  ✓ ") for x in lines) and any(x.startswith("  ✗ ") for x in lines)
+
+
+def _gae_compressed(rewards, values, mask, *, gamma=1.0, lam=0.95):
+    """Right, written otherwise: each row's valid tokens gathered, GAE on them, scattered back."""
+    adv = torch.zeros_like(values)
+    for b in range(values.shape[0]):
+        idx = mask[b].nonzero().flatten()
+        v = values[b, idx]
+        v_next = torch.cat([v[1:], v.new_zeros(1)])
+        r = torch.zeros_like(v)
+        r[-1] = rewards[b]
+        deltas = r + gamma * v_next - v
+        weights = (gamma * lam) ** torch.arange(len(v), dtype=v.dtype)
+        a = torch.stack([(deltas[t:] * weights[: len(v) - t]).sum() for t in range(len(v))])
+        adv[b, idx] = a
+    return adv, (adv + values) * mask
+
+
+def _adv_closed_form(rewards, eps=1e-6):
+    """Right, written otherwise: the leave-one-out mean and Bessel std from sums of squares."""
+    G = rewards.shape[1]
+    s, q = rewards.sum(1, keepdim=True), (rewards ** 2).sum(1, keepdim=True)
+    mean = (s - rewards) / (G - 1)
+    n = G - 1
+    var = ((q - rewards ** 2) - n * mean ** 2) / max(n - 1, 1)
+    std = var.clamp(min=0).sqrt() if n > 1 else torch.zeros_like(rewards)
+    std = torch.where(std < 1e-6, torch.zeros_like(std), std)
+    diff = rewards - mean
+    return torch.where(std > 0, diff / (std + eps), diff)
+
+
+def _dpo_view(logprobs, reference_logprobs, token_mask, *, beta=0.1):
+    """Right, written otherwise: pairs as a [pairs, 2] view."""
+    rho = ((logprobs - reference_logprobs) * token_mask).sum(-1).view(-1, 2)
+    return F.softplus(-beta * (rho[:, 0] - rho[:, 1])).mean()
+
+
+@pytest.mark.parametrize("check, fn", [
+    (teach.check_gae, _gae_compressed),
+    (teach.check_grpo_advantages, _adv_closed_form),
+    (teach.check_dpo_loss, _dpo_view),
+], ids=["gae-compressed", "advantages-closed-form", "dpo-view-softplus"])
+def test_right_implementations_written_otherwise_pass(check, fn, capsys):
+    check(fn)
+    assert capsys.readouterr().out.startswith("✓ ")
