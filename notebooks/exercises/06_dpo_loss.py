@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from rlnb import teach
+from rlnb.algorithms.preference import dpo_loss as rlnb_dpo_loss
 
 # %% [markdown]
 # ## 1. The loss
@@ -74,6 +75,21 @@ for margin in (0.0, 2.0, 10.0):
 # Minimising the loss raises the chosen log-probs and lowers the rejected ones equally, by
 # $\beta\,\sigma(-\beta\Delta)$ per token, which vanishes once the margin is large: a pair
 # the policy already ranks right stops teaching.
+
+# %% tags=["solution"]
+# the formula, computed with rlnb's DPO loss: with one pair of 3-token rows and β = 1,
+# ∂loss/∂log π of each chosen token is -β·σ(-βΔ) and of each rejected token +β·σ(-βΔ)
+for delta in (0.0, 2.0, 10.0):
+    lp = torch.full((2, 3), -1.0)
+    lp[0] += delta / 3
+    lp.requires_grad_()
+    rlnb_loss, _ = rlnb_dpo_loss(lp, torch.full((2, 3), -1.0), torch.ones(2, 3), torch.ones(2),
+                                 global_valid_seqs=2, reference_policy_kl_penalty=1.0)
+    rlnb_loss.backward()
+    expected = torch.sigmoid(torch.tensor(-delta))
+    assert torch.allclose(lp.grad[0], -expected) and torch.allclose(lp.grad[1], expected)
+    print(f"margin {delta:4.1f}: rlnb's gradients {lp.grad[0, 0].item():+.4f} (chosen), "
+          f"{lp.grad[1, 0].item():+.4f} (rejected); -sigmoid(-margin) = {-expected.item():+.4f}")
 
 # %% [markdown]
 # ## 3. Predict, then run: DPO on its own answers, or GRPO?
