@@ -147,6 +147,16 @@ def _this_python_kernel_manager():
             # no kernel dirs: "python3" resolves to ipykernel's built-in spec for this interpreter
             return KernelSpecManager(kernel_dirs=[])
 
+        async def _async_interrupt_kernel(self) -> None:
+            # jupyter_client interrupts every kernel (SIGINT) before it asks it to shut down; an
+            # ipykernel caught between two messages then logs "KeyboardInterrupt caught in
+            # kernel" on stderr (seen in CI). ipykernel answers the shutdown request on its
+            # control thread, busy or not, so the interrupt is not needed then; nbclient's own
+            # interrupts (a cell's timeout) go through interrupt_kernel and still signal
+            if self.shutting_down:
+                return
+            await super()._async_interrupt_kernel()
+
         async def is_alive(self) -> bool:
             # nbclient asks this while it waits for a cell; the process's exit status is only
             # visible here, before the manager cleans the kernel up (it says *why* it died)
