@@ -224,11 +224,11 @@ def report(problems: list[str], lab_seconds: float) -> list[str]:
     (OS, CPU class, cores, memory), the versions, which torch build (a CUDA build is a 2 GB
     download the lab does not need), the cache folder and its free space, the problems."""
     import platform
-    import shutil
 
     import torch
 
     import rlnb
+    from rlnb.run.store.space import free_bytes
     from rlnb.run.store.warm_start_cache import cache_dir
 
     try:
@@ -237,16 +237,13 @@ def report(problems: list[str], lab_seconds: float) -> list[str]:
         memory = "RAM unknown"
     build = "CUDA build" if torch.version.cuda else "CPU build"
     cache = cache_dir()
-    probe = cache
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
     lines = [
         f"rlnb preflight report: {'NOT ready' if problems else 'ready'}",
         f"machine: {platform.system()} {platform.release()} {platform.machine()}, CPU "
         f"{torch.backends.cpu.get_cpu_capability()}, {os.cpu_count()} cores, {memory}",
         f"python {sys.version.split()[0]}, rlnb {rlnb.__version__}, torch {torch.__version__} "
         f"({build}), transformers {_version('transformers')}, jupyterlab {_version('jupyterlab')}",
-        f"cache: {cache} ({shutil.disk_usage(probe).free / 2**30:.1f} GiB free)",
+        f"cache: {cache} ({free_bytes(cache) / 2**30:.1f} GiB free)",
         f"the lab's live runs: about {_minutes(lab_seconds)}",
     ]
     lines += [f"problem: {p}" for p in problems] or ["problems: none"]
