@@ -16,7 +16,20 @@ cd "$(dirname "$0")/.."
 logs=${RLNB_CI_LOGS:-$(mktemp -d)}
 mkdir -p "$logs"
 rm -f "$logs"/*.done  # a reused log folder's: `finish` must wait for this run's parts
+# The version tiers' venvs (3.2 GB) are throwaway unless TIER_DIR names where to keep them:
+# removed at the end, so that runs on one machine do not pile them up (a CI run once failed
+# midway on a full disk). The vLLM tier's .venv-vllm (3.7 GB) stays in the checkout, reused.
+keep_tiers=${TIER_DIR:+yes}
 export TIER_DIR=${TIER_DIR:-$logs/tiers}
+free_gb() { df -P -k "$1" 2>/dev/null | awk 'NR==2 {printf "%.1f", $4 / 1048576}'; }
+need_gb=10
+for where in "$logs" "${TMPDIR:-/tmp}" .; do
+    free=$(free_gb "$where")
+    if [ -n "$free" ] && awk -v f="$free" -v n="$need_gb" 'BEGIN {exit !(f < n)}'; then
+        printf 'WARNING: %s GB free under %s; the suite and the tiers'"'"' venvs need about %s GB\n' \
+            "$free" "$where" "$need_gb" >&2
+    fi
+done
 start=$SECONDS
 parts=()
 failed=0
@@ -25,8 +38,8 @@ part() {  # part NAME COMMAND...: run it in the foreground, timed
     shift
     printf '\n=== %s\n' "$name"
     "$@" || rc=$?
-    parts+=("$(printf '%6d s  %-6s load %-15s %s' $((SECONDS - t0)) "rc=$rc" \
-        "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')" "$name")")
+    parts+=("$(printf '%6d s  %-6s load %-15s free %5s GB  %s' $((SECONDS - t0)) "rc=$rc" \
+        "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')" "$(free_gb "$logs")" "$name")")
     [ $rc = 0 ] || failed=1
     return 0
 }
@@ -77,6 +90,7 @@ done
 parts+=("$(printf '%6d s  %-6s load %-15s %s' $((SECONDS - tier_start)) "" \
     "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')" "the three tiers, side by side")")
 
+[ -n "$keep_tiers" ] || rm -rf "$TIER_DIR"
 printf '\n=== tests/run_all.sh: time per part (%s cores; the builds overlapped the suite)\n' "$(nproc)"
 printf '%s\n' "${parts[@]}"
 printf '%6d s  total\n' $((SECONDS - start))
