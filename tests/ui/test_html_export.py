@@ -139,3 +139,45 @@ def test_a_folder_holding_only_an_export_still_counts_as_empty(tmp_path):
     assert (tmp_path / "mathjax").is_dir()
     run = RunDir(tmp_path, config={"seed": 0})
     assert run.config_path.is_file()
+
+
+@pytest.mark.browser
+@pytest.mark.notebook
+def test_an_executed_run_with_figures_and_widgets_loads_nothing_from_the_network(
+        offline_browser, tmp_path):
+    """What `rlnb run` leaves (an executed notebook's notebook.html) opened from disk with the
+    network off: the plotly figure draws, the formula typesets, a widget's output falls back to
+    text, no script fails, and the page asks the network for nothing (nbconvert's template
+    loads require.js from a CDN: the export drops it; plotly.js is inline)."""
+    from rlnb.run.notebooks.execute import run_notebook
+
+    cells = [
+        {"cell_type": "markdown", "id": "m0", "metadata": {}, "source": "Ratio $\\rho = e^{\\ell}$"},
+        {"cell_type": "code", "id": "c0", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": "import plotly.graph_objects as go\nfrom rlnb.widgets import show\n"
+                   "show(go.Figure(go.Scatter(y=[1, 3, 2], name='reward')))"},
+        {"cell_type": "code", "id": "c1", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": "import ipywidgets\nipywidgets.IntProgress(value=3, max=4)"},
+    ]
+    nb = tmp_path / "figures.ipynb"
+    nb.write_text(json.dumps({
+        "cells": cells, "nbformat": 4, "nbformat_minor": 5,
+        "metadata": {"kernelspec": {"name": "python3", "language": "python",
+                                    "display_name": "Python 3"}}}))
+    result = run_notebook(nb, run_dir=tmp_path / "run", progress=False)
+    assert result.ok, result.error
+    html = result.html
+    text = html.read_text()
+    assert "require.min.js" not in text and "plotly.js v" in text
+    page, requests = _offline_page(offline_browser, html)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+        _wait_typeset(page, 1)
+        assert page.locator(".js-plotly-plot .scatterlayer .trace").count() == 1
+        assert "IntProgress" in page.locator("body").inner_text()
+        assert errors == []
+        assert [u for u in requests if not u.startswith("file://")] == []
+    finally:
+        page.close()
