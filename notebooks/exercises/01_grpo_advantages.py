@@ -126,6 +126,19 @@ print(f"rewards per group: {rewards.sum(1).int().tolist()} right of {G}")
 print(f"groups whose advantages are all 0 (all right or all wrong): "
       f"{int((mine.view(P, G).abs().sum(1) == 0).sum())} of {P}")
 
+# %% tags=["solution"]
+# section 1's factor on this batch, against rlnb.grpo_advantages without the std: the
+# leave-one-out difference r_i - b_i is G/(G-1) times r_i - mean(r), so a baseline that
+# includes r_i shrinks every difference by (G-1)/G
+prompt_of_row = torch.arange(P).repeat_interleave(G)  # [B]
+loo = rlnb.grpo_advantages(prompt_of_row, rewards.flatten(), normalize_rewards=False)
+with_self = rlnb.grpo_advantages(prompt_of_row, rewards.flatten(), leave_one_out=False,
+                                 normalize_rewards=False)
+by_hand = (rewards - rewards.mean(dim=1, keepdim=True)).flatten()  # [B]
+assert torch.allclose(with_self, by_hand) and torch.allclose(loo, by_hand * G / (G - 1))
+assert torch.allclose((rewards - leave_one_out_baseline(rewards)[0]).flatten(), loo)
+print(f"r - b_loo = G/(G-1) (r - mean r) on all {P * G} rows, G/(G-1) = {G / (G - 1):.4f}")
+
 # %% [markdown]
 # ## 4. Predict, then run: how large should a group be?
 #
@@ -171,6 +184,21 @@ result.table
 #
 # 3. A (1, 0) pair has σ = 0 for both (each has one other), so rlnb keeps the raw difference:
 #    +1 and −1. Pairs carry signal only when one is right and one is wrong.
+
+# %% tags=["solution"]
+# the hint's formula against simulation: 20 000 groups of G answers, each right with
+# probability p; a group has signal when rlnb's advantages are not all 0
+sim = torch.Generator().manual_seed(seed + 1)
+for size in (16, 2):
+    for p in (0.1, 0.3, 0.5):
+        right = (torch.rand(20_000, size, generator=sim) < p).float()  # [groups, G]
+        prompts = torch.arange(20_000).repeat_interleave(size)
+        adv = rlnb.grpo_advantages(prompts, right.flatten()).view(20_000, size)
+        share = (adv != 0).any(dim=1).float().mean().item()
+        formula = 1 - p ** size - (1 - p) ** size
+        assert abs(share - formula) < 0.015, (size, p, share, formula)
+        print(f"G = {size:2d}, p = {p}: groups with signal {share:.3f}, formula {formula:.3f}"
+              + (f", 2p(1-p) = {2 * p * (1 - p):.3f}" if size == 2 else ""))
 
 # %% [markdown]
 # ## Discussion

@@ -81,6 +81,23 @@ for name, reduce in (("token level", token_level_loss), ("sequence level", seque
                  for n in lengths.unique() if n > 0}
     print(f"{name:15s} weight per token, by response length: {by_length}")
 
+# %% tags=["solution"]
+# the weights of the formula, 1/N_tok and 1/(|o_b| N_seq) on kept rows, against rlnb's own
+# reduction coefficients (rlnb.reduction_coefficients) and against autograd on rlnb's reduction
+import rlnb
+
+kept = tm * sm[:, None]  # [B, T]: the tokens that enter the loss
+n_tok, n_seq = kept.sum(), sm.sum()
+formula = {"token_mean": kept / n_tok,
+           "sequence_mean": kept / (lengths.clamp(min=1)[:, None] * n_seq)}
+for reduction, expected in formula.items():
+    coefficients = rlnb.reduction_coefficients(tm, sm, reduction=reduction)
+    ell = torch.zeros_like(tm, requires_grad=True)
+    rlnb.reduce_loss(ell, tm, sm, token_level_loss=reduction == "token_mean",
+                     global_valid_toks=n_tok, global_valid_seqs=n_seq).backward()
+    assert torch.allclose(coefficients, expected) and torch.allclose(ell.grad, expected)
+    print(f"{reduction}: the formula's weights match rlnb's coefficients and its gradient")
+
 # %% [markdown]
 # ## 3. Predict, then run
 #

@@ -82,6 +82,26 @@ def exact_kl(logits, reference_logits):
 
 teach.check_exact_kl(exact_kl)
 
+# %% tags=["solution"]
+# section 1's claims as sums over a vocabulary (no sampling): E_π[e^ℓ] = Σ π_ref = 1, k1 and k3
+# average to the exact KL, k2 does not, k3 >= 0; compared with rlnb.kl_estimator_moments
+import rlnb
+
+gen = torch.Generator().manual_seed(seed + 1)
+z, z_ref = torch.randn(2, 3, 8, dtype=torch.float64, generator=gen)
+logp, logq = torch.log_softmax(z, -1), torch.log_softmax(z_ref, -1)
+ell = logq - logp  # [3, 8]: the log-ratio were v the sampled token
+moments = rlnb.kl_estimator_moments(logp[None], logq[None])  # [1, 3] each
+assert torch.allclose((logp.exp() * ell.exp()).sum(-1), torch.ones(3, dtype=torch.float64))
+for name, estimator in (("k1", k1), ("k3", k3)):
+    mean = (logp.exp() * estimator(logp, logq)).sum(-1)
+    assert torch.allclose(mean, exact_kl(z, z_ref)) and torch.allclose(mean, moments["exact"][0])
+k2_mean = (logp.exp() * k2(logp, logq)).sum(-1)
+assert torch.allclose(k2_mean, moments["k2_mean"][0])
+assert (k3(logp, logq) >= 0).all()
+print("E[e^l] = 1; E[k1] = E[k3] = exact KL:", [round(x, 4) for x in moments["exact"][0].tolist()],
+      "; E[k2]:", [round(x, 4) for x in k2_mean.tolist()])
+
 # %% [markdown]
 # ## 3. Bias, measured
 #

@@ -74,6 +74,23 @@ table = {f"λ = {lam}": gae(torch.tensor([1.0]), values, mask, gamma=1.0, lam=la
          for lam in (0.0, 0.5, 0.95, 1.0)}
 pd.DataFrame(table, index=[f"token {t}" for t in range(5)]).T.round(3)
 
+# %% tags=["solution"]
+# the two limits of the text, computed by hand and compared with rlnb.gae_recursion at γ = 0.9:
+# λ = 0 gives δ_t = R_t + γ V_(t+1) - V_t, λ = 1 the discounted return minus V_t
+import rlnb
+
+g = 0.9
+R = rlnb.token_level_rewards(torch.tensor([1.0]), mask)  # [1, 5]: the reward at the last token
+v_next = torch.cat([values[:, 1:], torch.zeros(1, 1)], dim=1)  # V_(t+1), 0 past the end
+td_error = R + g * v_next - values
+discounted = torch.tensor([[g ** (4 - t) for t in range(5)]])  # Σ_l γ^l R_(t+l): R only at t=4
+for lam, expected in ((0.0, td_error), (1.0, discounted - values)):
+    library = rlnb.gae_recursion(R, values, mask, gamma=g, lam=lam)
+    assert torch.allclose(library, expected) and torch.allclose(gae(
+        torch.tensor([1.0]), values, mask, gamma=g, lam=lam)[0], expected)
+    print(f"λ = {lam}: rlnb.gae_recursion and yours match the formula: "
+          f"{[round(x, 3) for x in expected[0].tolist()]}")
+
 # %% [markdown]
 # ## 3. Predict, then run
 #

@@ -53,7 +53,7 @@ def test_the_student_copy_holds_no_solution_code(built, source):
     lines = distinctive_lines(source)
     assert len(lines) >= 2, f"{source.name}: too few solution lines to search for: {lines}"
     for line in lines:
-        escaped = json.dumps(line)[1:-1]  # as it appears inside the notebook's JSON
+        escaped = json.dumps(line, ensure_ascii=False)[1:-1]  # as in the notebook's JSON (UTF-8)
         assert escaped not in student, f"{source.name}: the student copy contains {line!r}"
         assert escaped in solution, f"{source.name}: the solution copy lacks {line!r}"
     assert "ANSWER_" not in solution, f"{source.name}: an answer placeholder was left in"
