@@ -95,7 +95,7 @@ def test_interpolations_absolute_relative_typed_and_resolvers():
 
 
 @pytest.mark.parametrize("cfg, message", [
-    ({"a": "${oops:1, 2}"}, r"a: unknown resolver 'oops' in '\$\{oops:1, 2\}' \(NeMo-RL's are \['add', 'div', 'max', 'mul'\]\)"),
+    ({"a": "${oops:1, 2}"}, r"a: unknown resolver 'oops' in '\$\{oops:1, 2\}' \(NeMo-RL's are \['add', 'div', 'max', 'mul'\] and oc\.env\)"),
     ({"a": {"b": "${policy.nope}"}}, r"a\.b: the interpolation refers to 'policy\.nope'"),
     ({"a": "${b}", "b": "${a}"}, r"interpolation cycle: a -> b -> a"),
     ({"a": "???"}, r"a: mandatory value '\?\?\?' is not set"),
@@ -137,7 +137,9 @@ def test_grpo_shaped_config_keeps_nemo_rl_meaning(assets):
     o = c.policy.optimizer
     assert (o.lr, o.weight_decay, o.betas, o.eps) == (5e-4, 0.01, (0.9, 0.999), 1e-8)
     assert (o.warmup_steps, o.warmup_start_factor) == (2, 0.1)  # LinearLR(0.1 -> 1, 2 steps)
-    assert c.policy.generation.max_new_tokens == 24 - 20  # total - data.max_input_seq_length
+    assert o.warmup_counts == "training_steps"  # NeMo-RL ticks it once per train() call
+    # ${policy.max_total_sequence_length}: each response fills what its own prompt leaves
+    assert c.policy.generation.max_new_tokens == 24 and c.policy.generation.fill_context
     assert c.policy.generation.backend == "hf"
     assert c.loss_fn.reference_policy_kl_penalty == 0.01
     d = c.data
@@ -166,8 +168,8 @@ def test_every_key_is_used_listed_or_refused(assets):
                 "policy.optimizer.kwargs.lr", "policy.dtensor_cfg.lora_cfg.enabled",
                 "grpo.reward_shaping.overlong_buffer_length", "reward_penalties.token_ids"):
         assert key not in t.ignored and key not in t.refused, key
-    # approximated, so listed although used: NeMo-RL's per-prompt response budget
-    assert "every response 4 tokens" in t.ignored["policy.generation.max_new_tokens"]
+    assert "policy.generation.max_new_tokens" not in t.ignored  # NeMo-RL's budget, mapped
+    assert "data.max_input_seq_length" in t.ignored
 
 
 def set_key(cfg, dotted, value):
@@ -181,24 +183,27 @@ def set_key(cfg, dotted, value):
 
 @pytest.mark.parametrize("dotted, value, named", [
     ("policy.dtensor_cfg.lora_cfg.enabled", True, "policy.dtensor_cfg.lora_cfg.enabled: True: LoRA"),
-    ("policy.megatron_cfg.enabled", True, "policy.megatron_cfg.enabled: True: the Megatron back end"),
+    ("policy.megatron_cfg", {"enabled": True, "optimizer": {"optimizer": "sgd", "lr": 1e-3}},
+     "policy.megatron_cfg.optimizer.optimizer: 'sgd'"),
+    ("policy.megatron_cfg", {"enabled": True, "optimizer": {"optimizer": "adam", "lr": 1e-3},
+                             "scheduler": {"lr_decay_style": "cosine"}},
+     "policy.megatron_cfg.scheduler.lr_decay_style: 'cosine'"),
     ("reward_penalties.penalize_duplicated_reasoning", True, "reward_penalties.penalize_duplicated_reasoning"),
     ("grpo.invalid_tool_call_advantage", -5.0, "grpo.invalid_tool_call_advantage: -5.0"),
-    ("env.math.math_verify_impl", "dapo_math_verify", "env.math.math_verify_impl: 'dapo_math_verify'"),
+    ("env.math.math_verify_impl", "minerva", "env.math.math_verify_impl: 'minerva'"),
     ("policy.optimizer.name", "torch.optim.SGD", "policy.optimizer.name"),
     ("policy.optimizer.kwargs.amsgrad", True, "policy.optimizer.kwargs.amsgrad"),
     ("policy.scheduler", [{"name": "torch.optim.lr_scheduler.CosineAnnealingLR",
                            "kwargs": {"T_max": 10}}], "policy.scheduler: rlnb's schedule"),
-    ("policy.train_global_batch_size", 4, "policy.scheduler: a warm-up with policy.train_global_batch_size=4 != 8"),
-    ("data.max_input_seq_length", 24, "policy.generation.max_new_tokens: 24 >= max_total_sequence_length"),
+    ("async_rl", {"sampler": {"name": "in_order"}}, "async_rl: NeMo-RL's single-controller"),
+    ("on_policy_distillation", {"enabled": True}, "on_policy_distillation: on-policy distillation"),
+    ("policy.generation.bad_words", ["<img>"], "policy.generation.bad_words: ['<img>']"),
     ("data.train.dataset_name", "DAPOMath17K", "data.train.data_path: and data.train.dataset_name='DAPOMath17K'"),
     ("data.default.processor", "vlm_hf_data_processor", "data.default.processor"),
     ("data.default.env_name", "code", "data.default.env_name: 'code'"),
-    ("grpo.brand_new_option", 1, "grpo.brand_new_option: not a key rlnb's NeMo-RL reader knows"),
-    ("dpo", {"max_num_steps": 10}, "dpo: NeMo-RL's DPO loop"),
-    ("policy.generation.stop_token_ids", [7], "policy.generation.stop_token_ids: [7]"),
+    ("grpo.brand_new_option", 1, "grpo.brand_new_option: not a key rlnb's NeMo-RL reader maps"),
+    ("sft", {"max_num_steps": 10}, "sft: NeMo-RL's SFT loop"),
     ("policy.generation.val_temperature", 0.5, "policy.generation.val_temperature: 0.5"),
-    ("policy.generation.backend", "sglang", "policy.generation.backend"),
     ("data.train", [{"data_path": "a.jsonl"}], "data.train: several training data sets"),
 ])
 def test_algorithm_keys_rlnb_cannot_run_are_refused_by_name(assets, dotted, value, named):
@@ -237,7 +242,7 @@ def test_overrides_use_nemo_rl_paths_before_interpolation_and_rlnb_extras(assets
     c = rlnb.load_config(path, ["policy.max_total_sequence_length=30", "grpo.seed=7",
                                 "rlnb.sft.enabled=true", "rlnb.logger.print_metrics=true"],
                          ignore_unsupported=True)
-    assert c.policy.generation.max_new_tokens == 30 - 20  # the interpolation saw the override
+    assert c.policy.generation.max_new_tokens == 30  # the interpolation saw the override
     assert c.grpo.seed == 7 and c.sft.enabled and c.logger.print_metrics
 
 
@@ -247,7 +252,7 @@ def test_the_listing_fits_a_screen_and_names_the_flag(assets):
         rlnb.load_config(path)
     text = str(err.value)
     assert len(text.splitlines()) <= 40
-    assert "cluster.* (2)" in text and "policy.megatron_cfg.* (4)" in text
+    assert "cluster.* (2)" in text and "policy.megatron_cfg.* (5)" in text
     assert "--ignore-unsupported" in text and "Nothing was written" in text
     with pytest.raises(ValueError, match="must be loaded from its file"):
         rlnb.load_config({"defaults": "grpo_math_1B.yaml", "grpo": {}})

@@ -186,3 +186,81 @@ def ppo_shaped(model, data):
 def write_yaml(path, cfg):
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return str(path)
+
+
+def megatron(cfg, *, lr=1e-3, clip=0.5):
+    """``cfg`` on NeMo-RL's Megatron back end: its optimizer and scheduler under megatron_cfg,
+    ``policy.optimizer`` null (as NeMo-RL's *_megatron.yaml files set it)."""
+    cfg["policy"]["optimizer"] = None
+    cfg["policy"]["scheduler"] = None
+    cfg["policy"]["megatron_cfg"] = {
+        "enabled": True, "tensor_model_parallel_size": 1, "pipeline_dtype": "${policy.precision}",
+        "optimizer": {"optimizer": "adam", "lr": lr, "min_lr": lr / 10, "weight_decay": 0.1,
+                      "bf16": False, "fp16": False, "params_dtype": "float32",
+                      "adam_beta1": 0.9, "adam_beta2": 0.98, "adam_eps": 1e-5,
+                      "sgd_momentum": 0.9, "use_distributed_optimizer": True, "clip_grad": clip},
+        "scheduler": {"start_weight_decay": "${policy.megatron_cfg.optimizer.weight_decay}",
+                      "end_weight_decay": "${policy.megatron_cfg.optimizer.weight_decay}",
+                      "weight_decay_incr_style": "constant", "lr_decay_style": "constant",
+                      "lr_decay_iters": 1000, "lr_warmup_iters": 2, "lr_warmup_init": lr / 10},
+    }
+    return cfg
+
+
+def prorl_shaped(model, data):
+    """The shape of NeMo-RL's prorlv2.v2.yaml over grpo_math_1B: DAPO's dynamic sampling,
+    REINFORCE++ with the estimator's leave-one-out off while the loop's stays on (NeMo-RL's two
+    flags), the stop-properly penalty, k2 and clip-higher."""
+    cfg = grpo_shaped(model, data)
+    cfg["grpo"].update(use_dynamic_sampling=True, dynamic_sampling_max_gen_batches=10,
+                       batch_multiplier=1.5)
+    cfg["grpo"]["adv_estimator"] = {"name": "reinforce_plus_plus", "normalize_rewards": True,
+                                    "use_leave_one_out_baseline": False, "minus_baseline": True}
+    cfg["grpo"]["reward_shaping"] = {"enabled": True, "overlong_buffer_length": 128,
+                                     "overlong_buffer_penalty": 1,
+                                     "max_response_length": "${policy.max_total_sequence_length}",
+                                     "stop_properly_penalty_coef": 0.0}
+    cfg["loss_fn"].update(reference_policy_kl_penalty=0.0001, reference_policy_kl_type="k2",
+                          ratio_clip_max=0.27)
+    return cfg
+
+
+def gdpo_shaped(model, data):
+    """The shape of NeMo-RL's gdpo_math_1B.yaml: GDPO over the reward's components."""
+    cfg = grpo_shaped(model, data)
+    cfg["grpo"]["adv_estimator"] = {"name": "gdpo", "normalize_rewards": True,
+                                    "use_leave_one_out_baseline": False}
+    return cfg
+
+
+def pairs_jsonl(path, n=16):
+    """Preference pairs in NeMo-RL's BinaryPreferenceDataset columns (prompt/chosen/rejected)."""
+    rows = [{"prompt": f"{a}+{a % 5}", "chosen": str(a + a % 5), "rejected": str(a + a % 5 + 1)}
+            for a in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def dpo_shaped(model, pairs):
+    """The shape of NeMo-RL's dpo.yaml (batch sizes in pairs), sized for two CPU cores."""
+    common = _common(model, pairs)
+    policy = common["policy"]
+    del policy["generation"]
+    policy.update(train_global_batch_size=4, train_micro_batch_size=2)
+    return {
+        "dpo": {"max_num_epochs": 1, "max_num_steps": 2, "val_period": 25, "val_batches": 8,
+                "val_global_batch_size": 8, "val_micro_batch_size": 1, "val_at_start": True,
+                "val_at_end": False, "seed": 42, "reference_policy_kl_penalty": 0.05,
+                "preference_average_log_probs": False,
+                "sft_average_log_probs": "${.preference_average_log_probs}",
+                "preference_loss_weight": 1, "sft_loss_weight": 0},
+        "checkpointing": {**common["checkpointing"], "checkpoint_dir": "results/dpo"},
+        "policy": policy,
+        "data": {"max_input_seq_length": "${policy.max_total_sequence_length}", "shuffle": True,
+                 "num_workers": 1,
+                 "train": {"data_path": pairs, "dataset_name": "BinaryPreferenceDataset",
+                           "split": "train"},
+                 "validation": {"dataset_name": "HelpSteer3", "split": "validation"}},
+        "logger": common["logger"],
+        "cluster": common["cluster"],
+    }

@@ -16,7 +16,7 @@ import os
 import random
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import Field, field_validator
@@ -126,6 +126,10 @@ class MathTask(Task):
         prompt_key: str | None = Field(
             None, description="the column with the prompt (None: 'question')")
         answer_key: str = Field("answer", description="column with the reference answer")
+        verifier: Literal["math_verify", "dapo"] = Field(
+            "math_verify", description="math_verify (symbolic equivalence; NeMo-RL's "
+            "hf_math_verify) | dapo (DAPO's normalised string match of the last 'Answer:'; "
+            "NeMo-RL's dapo_math_verify, dapo_verify.py)")
 
         @field_validator("dataset_name")
         @classmethod
@@ -144,10 +148,12 @@ class MathTask(Task):
         answer_key: str = "answer",
         num_val: int = 200,
         seed: int = 0,
+        verifier: str = "math_verify",
     ):
         if num_val < 1:
             raise ValueError(f"task 'math': num_val must be >= 1, got {num_val}")
         self.prompt_key, self.answer_key = prompt_key or "question", answer_key
+        self.verifier = verifier
         rows = self._rows(load_rows(dataset_name, dataset_config, split), dataset_name)
         if val_split is None:
             if num_val >= len(rows):
@@ -208,6 +214,8 @@ class MathTask(Task):
         """``math_verify`` equivalence of each response with its row's answer; ``[B]`` rewards.
         ``format`` is 1 when an answer could be extracted from the response at all."""
         check_batch(self.name, prompts, responses, rows)
+        if self.verifier == "dapo":
+            return self._score_dapo(responses, rows)
         mv = _math_verify()
         # SIGALRM timeouts only work on the main thread; elsewhere math_verify would raise.
         timeout = 5 if threading.current_thread() is threading.main_thread() else None
@@ -228,5 +236,15 @@ class MathTask(Task):
             components={"correct": total, "format": torch.tensor(fmt, dtype=torch.float32)},
             correct=ok,
         )
+
+    def _score_dapo(self, responses: list[str], rows: list[dict]) -> Rewards:
+        """DAPO's verifier (``verifier: dapo``); ``format`` is 1 when an ``Answer:`` was found."""
+        from rlnb.engine.environments.dapo_verify import dapo_correct
+
+        checked = [dapo_correct(r, str(row["answer"])) for r, row in zip(responses, rows)]
+        ok = torch.tensor([c for c, _ in checked], dtype=torch.bool)
+        fmt = torch.tensor([a is not None for _, a in checked], dtype=torch.float32)
+        return Rewards(total=ok.float(), components={"correct": ok.float(), "format": fmt},
+                       correct=ok)
 
 

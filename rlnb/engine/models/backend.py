@@ -91,6 +91,14 @@ def tokenize_prompts(tokenizer, prompts: list[str], max_length: int | None = Non
     return left_pad(encoded, tokenizer.pad_token_id)
 
 
+def end_ids(tokenizer, config) -> int | list[int] | None:
+    """The ids that end a response: EOS, and ``policy.generation.stop_token_ids``."""
+    extra = list(config.stop_token_ids or ())
+    if not extra:
+        return tokenizer.eos_token_id
+    return [i for i in (tokenizer.eos_token_id,) if i is not None] + extra
+
+
 def left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Token id lists -> left-padded ``(ids [B, L], mask [B, L])``, L the longest row."""
     width = max(len(r) for r in rows)
@@ -118,8 +126,8 @@ def response_mask_and_truncation(
     """
     B, R = response_ids.shape
     positions = torch.arange(R).expand(B, R)
-    is_eos = (
-        response_ids == eos_token_id
+    is_eos = (  # eos_token_id: one id, or EOS and the stop token ids (``end_ids``)
+        torch.isin(response_ids, torch.tensor(eos_token_id))
         if eos_token_id is not None
         else torch.zeros_like(response_ids, dtype=torch.bool)
     )

@@ -34,7 +34,14 @@ class GenerationConfig(Config):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling; 1.0 disables.")
     top_k: int | None = Field(None, ge=1, description="Top-k sampling; None disables.")
     max_new_tokens: int = Field(8, ge=1, description="Response budget; longer = truncated.")
+    fill_context: bool = Field(
+        False, description="NeMo-RL's budget: each response may fill what its own prompt leaves "
+        "of policy.max_total_sequence_length (max_new_tokens, then up to that length, caps it), "
+        "and a prompt may take all but one token of it. false: every response gets "
+        "max_new_tokens and prompts the rest.")
     stop_strings: list[str] | None = Field(None, description="Also end a response at these.")
+    stop_token_ids: list[int] | None = Field(
+        None, description="Also end a response at these token ids (kept, as EOS is).")
     vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="backend=vllm's engine.")
 
     @model_validator(mode="after")

@@ -19,6 +19,7 @@ import torch
 from rlnb.engine.models.backend import (
     GenerationBackend,
     Generations,
+    end_ids,
     response_mask_and_truncation,
     tokenize_prompts,
 )
@@ -59,7 +60,7 @@ class HFGenerationBackend(GenerationBackend):
                     self.model, prompt_ids.to(device), prompt_mask.to(device),
                     max_new_tokens=max_new_tokens or cfg.max_new_tokens,
                     temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
-                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                    eos_token_id=end_ids(tok, cfg), pad_token_id=tok.pad_token_id,
                     stop_check=self._stopped_rows if cfg.stop_strings else None,
                     interrupt=self.interrupt)
                 response_ids, logprobs = response_ids.cpu(), logprobs.cpu()
@@ -71,7 +72,7 @@ class HFGenerationBackend(GenerationBackend):
             self.model.train(was_training)
         stop_lengths = self._stop_lengths(response_ids) if cfg.stop_strings else None
         mask, truncated = response_mask_and_truncation(
-            response_ids, tok.eos_token_id, tok.pad_token_id, stop_lengths
+            response_ids, end_ids(tok, cfg), tok.pad_token_id, stop_lengths
         )
         response_ids = torch.where(mask.bool(), response_ids, tok.pad_token_id)
         texts = [

@@ -16,6 +16,7 @@ import threading
 import torch
 
 from rlnb.algorithms.logprobs import token_logprobs
+from rlnb.engine.models.backend import end_ids
 
 PLAIN_SAMPLING = {"repetition_penalty": 1.0, "min_p": None, "typical_p": 1.0,
                   "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "no_repeat_ngram_size": 0,
@@ -38,7 +39,7 @@ def generate_tokens(model, tok, cfg, prompt_ids, prompt_mask, max_new_tokens=Non
         input_ids=prompt_ids, attention_mask=prompt_mask,
         do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k or 0,
         max_new_tokens=max_new_tokens or cfg.max_new_tokens,
-        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id, eos_token_id=end_ids(tok, cfg),
         stop_strings=cfg.stop_strings, tokenizer=tok if cfg.stop_strings else None,
         return_dict_in_generate=True, output_logits=True, stopping_criteria=stopping,
         **PLAIN_SAMPLING,

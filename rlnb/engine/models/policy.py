@@ -76,14 +76,20 @@ class OptimizerConfig(Config):
         "not bit for bit.")
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in optimizer steps.")
     warmup_start_factor: float | None = Field(
-        None, gt=0, le=1, description="None: the rate at step s of the warm-up is lr·(s+1)/W. "
+        None, ge=0, le=1, description="None: the rate at step s of the warm-up is lr·(s+1)/W. "
         "A factor f: torch's LinearLR(start_factor=f, end_factor=1), lr·(f + (1-f)·s/W), as "
-        "NeMo-RL's configs schedule it (f = 0.1).")
+        "NeMo-RL's configs schedule it (f = 0.1; Megatron's lr_warmup_init / lr, 0 allowed).")
+    warmup_counts: Literal["optimizer_steps", "training_steps"] = Field(
+        "optimizer_steps", description="What a warm-up step is: an optimizer step (one per "
+        "global batch), or one pass over a step's batch (NeMo-RL's cadence: its workers tick "
+        "the scheduler once per train() call, however many global batches it holds).")
 
     @model_validator(mode="after")
     def _factor_needs_steps(self) -> OptimizerConfig:
         if self.warmup_start_factor is not None and not self.warmup_steps:
             raise ValueError("warmup_start_factor needs warmup_steps > 0 (it would be ignored)")
+        if self.warmup_counts != "optimizer_steps" and not self.warmup_steps:
+            raise ValueError("warmup_counts needs warmup_steps > 0 (it would be ignored)")
         return self
 
     def lr_factor(self, step: int) -> float:
@@ -124,7 +130,13 @@ class PolicyConfig(Config):
         if self.model_name == "tiny" and self.chat_template:
             raise ValueError("chat_template=true needs a tokenizer with a chat template; the "
                              "embedded tiny model's character tokenizer has none")
-        if self.max_total_sequence_length <= self.generation.max_new_tokens:
+        if self.generation.fill_context:
+            if self.generation.max_new_tokens > self.max_total_sequence_length:
+                raise ValueError(
+                    f"generation.max_new_tokens ({self.generation.max_new_tokens}) exceeds "
+                    f"max_total_sequence_length ({self.max_total_sequence_length}) with "
+                    "generation.fill_context=true (a response fills at most the whole context)")
+        elif self.max_total_sequence_length <= self.generation.max_new_tokens:
             raise ValueError(
                 f"max_total_sequence_length ({self.max_total_sequence_length}) must exceed "
                 f"generation.max_new_tokens ({self.generation.max_new_tokens}): prompts get the "
@@ -326,8 +338,11 @@ class Policy:
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
                 merged["grad_norm"] = float(grad_norm)
                 self.optimizer.step()
-                self.scheduler.step()
+                if cfg.optimizer.warmup_counts == "optimizer_steps":
+                    self.scheduler.step()
             per_global.append(merged)
+        if not dry_run and cfg.optimizer.warmup_counts == "training_steps":
+            self.scheduler.step()  # once per pass, as NeMo-RL's workers tick it
         if not per_global:  # every row masked out (e.g. all truncated, overlong filtering)
             return {"loss": 0.0, "global_valid_seqs": 0.0, "global_valid_toks": 0.0,
                     "lr": self.optimizer.param_groups[0]["lr"]}

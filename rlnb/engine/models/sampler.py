@@ -122,7 +122,7 @@ def sample_tokens(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float = 1.0,
-    eos_token_id: int | None = None,
+    eos_token_id: int | list[int] | None = None,
     pad_token_id: int = 0,
     stop_check=None,
     interrupt: threading.Event | None = None,
@@ -175,8 +175,8 @@ def sample_tokens(
         lp = z.gather(1, y[:, None]).squeeze(1) - torch.logsumexp(z, dim=-1)
         tokens.append(y)
         logprobs.append(torch.where(running, lp, 0.0))
-        if eos_token_id is not None:
-            running &= y != eos_token_id
+        if eos_token_id is not None:  # one id, or EOS and the stop token ids
+            running &= ~torch.isin(y, torch.tensor(eos_token_id, device=y.device))
         if stop_check is not None:
             running &= ~stop_check(torch.stack(tokens, dim=1))
         if interrupt is not None and interrupt.is_set():

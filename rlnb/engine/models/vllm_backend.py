@@ -154,6 +154,7 @@ class VLLMGenerationBackend(GenerationBackend):
             top_k=cfg.top_k or 0,  # 0 disables
             max_tokens=max_new_tokens or cfg.max_new_tokens,
             stop=cfg.stop_strings or None,
+            stop_token_ids=cfg.stop_token_ids or None,  # kept in the output, as EOS is
             include_stop_str_in_output=True,  # the stop string is part of the response
             detokenize=bool(cfg.stop_strings),  # only stop strings need vLLM's text
             logprobs=0,  # the sampled token's log-prob only

@@ -87,7 +87,7 @@ def engine_args(model, gen, max_prompt_length: int | None, on_cpu: bool, platfor
         )
     cfg = gen.vllm
     needed = (
-        max_prompt_length + gen.max_new_tokens
+        max_prompt_length + (1 if gen.fill_context else gen.max_new_tokens)
         if max_prompt_length is not None else None
     )
     max_model_len = cfg.max_model_len or needed

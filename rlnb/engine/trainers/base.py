@@ -128,7 +128,8 @@ class Trainer(SaveState):
         self.task = task or build_run_task(config, self.policy.tokenizer, **user)
         self.env = config.env.build(self.task)  # what steps multi-turn conversations
         p = config.policy
-        self.max_prompt_length = p.max_total_sequence_length - p.generation.max_new_tokens
+        self.max_prompt_length = (p.max_total_sequence_length - 1 if p.generation.fill_context
+                                  else p.max_total_sequence_length - p.generation.max_new_tokens)
         self.generator = make_generation_backend(
             self.policy.model, self.policy.tokenizer, p.generation, self.max_prompt_length
         )
@@ -173,7 +174,7 @@ class Trainer(SaveState):
             chat_template=p.chat_template, max_rollout_turns=self.loop_config.max_rollout_turns,
             max_new_tokens=p.generation.max_new_tokens,
             max_total_length=p.max_total_sequence_length,
-            max_prompt_length=self.max_prompt_length)
+            max_prompt_length=self.max_prompt_length, fill_context=p.generation.fill_context)
 
     def generate_batch(self, rows: list[dict[str, Any]], generations: int) -> RolloutBatch:
         """``generations`` responses per row, scored, with their log-probs (rollout.py)."""

@@ -16,8 +16,12 @@ Implementation choices:
    ``rollout.py``); hyperparameter changes between steps: ``hyperparameters.py``.
 3) ``compute_advantages`` follows NeMo-RL's order: reward scaling -> shaping -> baselines/std ->
    overlong filtering -> log-prob-error masking -> estimator -> advantage clipping.
-4) NeMo-RL's top-level ``grpo.normalize_rewards`` / ``grpo.use_leave_one_out_baseline`` are
-   folded into ``grpo.adv_estimator`` when the config loads: one setting, one place.
+4) NeMo-RL's top-level ``grpo.normalize_rewards`` is folded into ``grpo.adv_estimator`` when the
+   config loads (NeMo-RL reads it nowhere else). ``grpo.use_leave_one_out_baseline`` is NeMo-RL's
+   second flag: the baseline and std the loop computes for dynamic sampling's filter and the
+   baseline metrics, while ``adv_estimator.use_leave_one_out_baseline`` makes the advantages.
+   Given alone, it sets both (as NeMo-RL's example configs interpolate it); given beside a
+   different estimator flag, each keeps its own (NeMo-RL's ProRL configs).
 5) Under ``accelerate`` every rank rolls out its own share of the prompts (whole groups) and
    counts are summed over ranks inside the loss.
 """
@@ -59,6 +63,10 @@ class GRPOConfig(LoopConfig):
     async_grpo: AsyncLoopConfig = Field(
         default_factory=AsyncLoopConfig,
         description="Async GRPO: generation runs ahead of training (async_grpo.py).")
+    use_leave_one_out_baseline: bool | None = Field(
+        None, description="NeMo-RL's loop flag: leave-one-out in the baseline and std of "
+        "dynamic sampling's filter and the baseline metrics; None: the estimator's "
+        "(adv_estimator.use_leave_one_out_baseline), which makes the advantages (choice 4).")
 
     @model_validator(mode="before")
     @classmethod
@@ -69,15 +77,22 @@ class GRPOConfig(LoopConfig):
         data = dict(data)
         est = data.get("adv_estimator") or {}
         est = est.model_dump() if hasattr(est, "model_dump") else dict(est)
+        changed = False
         for key in FOLDED_KEYS:
-            if key in data:
-                value = data.pop(key)
-                if key in est and est[key] != value:
-                    raise ValueError(
-                        f"grpo.{key}={value!r} contradicts grpo.adv_estimator.{key}={est[key]!r} "
-                        "(they are one setting: give one)")
-                est[key] = value
-        data["adv_estimator"] = est
+            if key not in data:
+                continue
+            if key == "use_leave_one_out_baseline":  # a field too: NeMo-RL's loop flag
+                if data[key] is not None and key not in est:
+                    est[key], changed = data[key], True  # alone, it sets both
+                continue
+            value = data.pop(key)
+            if key in est and est[key] != value:
+                raise ValueError(
+                    f"grpo.{key}={value!r} contradicts grpo.adv_estimator.{key}={est[key]!r} "
+                    "(they are one setting: give one)")
+            est[key], changed = value, True
+        if changed:  # (an assignment's check passes the estimator as a model: left as it is)
+            data["adv_estimator"] = est
         return data
 
     @property
@@ -86,17 +101,15 @@ class GRPOConfig(LoopConfig):
 
     @property
     def leave_one_out(self) -> bool:
+        """The loop's flag (baseline and std of dynamic sampling and the metrics)."""
+        if self.use_leave_one_out_baseline is not None:
+            return self.use_leave_one_out_baseline
         return self.adv_estimator.use_leave_one_out_baseline
 
     @property
     def normalize_rewards(self) -> bool:
         """NeMo-RL's top-level name for ``adv_estimator.normalize_rewards``."""
         return self.adv_estimator.normalize_rewards
-
-    @property
-    def use_leave_one_out_baseline(self) -> bool:
-        """NeMo-RL's top-level name for ``adv_estimator.use_leave_one_out_baseline``."""
-        return self.adv_estimator.use_leave_one_out_baseline
 
 
 class GRPOTrainer(Trainer):
@@ -145,8 +158,10 @@ class GRPOTrainer(Trainer):
             **{**loop.adv_estimator.model_dump(), **adv_estimator})
         rewards, components = shaped_rewards(loop, batch.rewards, batch.reward_components,
                                              batch.truncated, batch.response_lengths)
+        loo = loop.use_leave_one_out_baseline  # NeMo-RL's loop flag (choice 4)
         baseline, std = calculate_baseline_and_std_per_prompt(
-            batch.prompt_ids, rewards, leave_one_out=est_cfg.use_leave_one_out_baseline)
+            batch.prompt_ids, rewards,
+            leave_one_out=est_cfg.use_leave_one_out_baseline if loo is None else loo)
         sample_mask, metrics = filtered_sample_mask(loop, batch, rewards)
         mask = batch.token_mask * sample_mask[:, None]  # [B, S]
         estimator = self._estimator(est_cfg)

@@ -46,7 +46,10 @@ class RolloutInputs:
         chat_template: wrap each prompt in the tokenizer's chat template.
         max_rollout_turns, max_new_tokens, max_total_length, max_prompt_length: the limits
             (``grpo.max_rollout_turns``, ``policy.generation.max_new_tokens``,
-            ``policy.max_total_sequence_length``, their difference).
+            ``policy.max_total_sequence_length``, their difference, or all but one token of
+            it with ``fill_context``).
+        fill_context: NeMo-RL's budget (``policy.generation.fill_context``): each response may
+            fill what its own prompt leaves of ``max_total_length`` (models/context_budget.py).
     """
 
     task: Any
@@ -57,6 +60,7 @@ class RolloutInputs:
     max_new_tokens: int
     max_total_length: int
     max_prompt_length: int
+    fill_context: bool = False
 
 
 def sample_and_score(inputs: RolloutInputs, generator, rows: list[dict[str, Any]],
@@ -79,7 +83,14 @@ def sample_and_score(inputs: RolloutInputs, generator, rows: list[dict[str, Any]
         extra["train/mean_turns"] = float(conv.turns.float().mean())
     else:
         elapsed = timer()
-        gens = generator.generate(prompts)
+        if inputs.fill_context:  # NeMo-RL's per-row budget (models/context_budget.py)
+            from rlnb.engine.models.context_budget import generate_to_context
+
+            gens = generate_to_context(generator, prompts, inputs.tokenizer,
+                                       inputs.max_prompt_length, inputs.max_total_length,
+                                       inputs.max_new_tokens)
+        else:
+            gens = generator.generate(prompts)
         t_gen = elapsed()
         elapsed = timer()
         rewards = check_rewards(
@@ -203,3 +214,4 @@ def reward_metrics(dist, rewards: torch.Tensor, group: torch.Tensor | None = Non
         out["train/reward_sem"] = (max(moments["g2"] - moments["g"] ** 2, 0.0)
                                    / (num_groups - 1)) ** 0.5
     return out
+

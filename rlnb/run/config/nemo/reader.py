@@ -16,7 +16,9 @@ Implementation choices (NeMo-RL's ``nemo_rl.utils.config`` and OmegaConf semanti
    ``${policy.model_name}`` elsewhere. ``${a.b}`` is absolute, ``${.x}`` a sibling of the key that
    holds it, each further dot one level up. A string that is one interpolation takes the
    referenced value's type; inside a longer string it is formatted. NeMo-RL's resolvers are
-   ``mul``, ``add``, ``div`` and ``max`` (two arguments each); any other is refused, naming it.
+   ``mul``, ``add``, ``div`` and ``max`` (two arguments each), and OmegaConf's ``oc.env:NAME``
+   or ``oc.env:NAME,default`` (the environment variable, as a string; unset without a default
+   is refused naming it); any other is refused, naming it.
    A missing key, a cycle, or a ``???`` (mandatory, unset) value is refused with the dotted
    path of the key that needs it.
 """
@@ -24,6 +26,7 @@ Implementation choices (NeMo-RL's ``nemo_rl.utils.config`` and OmegaConf semanti
 from __future__ import annotations
 
 import operator
+import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -195,9 +198,11 @@ class _Resolver:
         name = re.match(r"^([A-Za-z_][\w.]*):", expr)
         if name and not expr.startswith("."):
             resolver = name.group(1)
+            if resolver == "oc.env":
+                return self.environment(expr[name.end():], path)
             if resolver not in RESOLVERS:
                 raise ValueError(f"{path}: unknown resolver '{resolver}' in '${{{expr}}}' "
-                                 f"(NeMo-RL's are {sorted(RESOLVERS)})")
+                                 f"(NeMo-RL's are {sorted(RESOLVERS)} and oc.env)")
             args = [self.argument(a, path) for a in _split_arguments(expr[name.end():])]
             if len(args) != 2:
                 raise ValueError(f"{path}: resolver '{resolver}' takes 2 arguments, got "
@@ -208,6 +213,16 @@ class _Resolver:
             parent = path.split(".")[:-dots]  # one dot: the key's own section
             expr = ".".join([*parent, expr[dots:]])
         return self.lookup(expr, path)
+
+    def environment(self, args: str, path: str) -> Any:
+        """``oc.env:NAME[,default]``: the variable's value (a string), else the default."""
+        name, *default = _split_arguments(args)
+        if name in os.environ:
+            return os.environ[name]
+        if default:
+            return self.argument(default[0], path)
+        raise ValueError(f"{path}: environment variable {name} is not set and "
+                         f"'${{oc.env:{name}}}' gives no default (set it, or override {path})")
 
     def argument(self, text: str, path: str) -> Any:
         if "${" in text:

@@ -78,8 +78,9 @@ class Report:
         self.marked.update(self.leaves(path))
 
     def neutral(self, path: str, allowed: tuple, reason: str) -> None:
-        """Used when the value is one of ``allowed`` (what rlnb does), refused otherwise."""
-        if not self.has(path):
+        """Used when the value is one of ``allowed`` (what rlnb does), refused otherwise (a key
+        already listed as ignored stays so)."""
+        if not self.has(path) or all(k in self.ignored for k in self.leaves(path)):
             return
         value = self.get(path)
         if any(_same(value, a) for a in allowed):

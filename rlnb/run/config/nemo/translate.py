@@ -40,19 +40,22 @@ from rlnb.run.config.nemo.reader import merge, read_nemo_yaml, resolve_interpola
 from rlnb.run.config.nemo.report import Report, group_lines
 from rlnb.run.config.nemo.sections import (
     data_section,
+    dpo_section,
     logger_section,
     loop_section,
     model_section,
     schedule_cadence,
 )
 
-OTHER_LOOPS = {"dpo": "DPO", "sft": "SFT", "distillation": "distillation", "rm": "reward-model"}
+OTHER_LOOPS = {"sft": "SFT", "distillation": "distillation", "rm": "reward-model"}
 NEMO_MARKERS = ("defaults", "data_plane", "reward_penalties")
 INFRA = {  # notes of the keys rlnb ignores, by kind
     "cluster": "GPUs and nodes: rlnb runs in the processes its launcher starts",
     "data_plane": "NeMo-RL's TransferQueue data plane",
     "dtensor_cfg": "DTensor/FSDP sharding, offload and activation checkpointing",
-    "megatron_cfg": "the Megatron back end (not enabled)",
+    "megatron_cfg": "the Megatron back end's parallelism, precision and engine settings (rlnb "
+                    "trains the same model with torch; an enabled back end's optimizer and "
+                    "scheduler are read)",
     "dynamic_batching": "micro-batch packing: the loss is normalised globally, same numbers",
     "sequence_packing": "micro-batch packing: the loss is normalised globally, same numbers",
     "speed": "memory and speed only",
@@ -94,6 +97,17 @@ def load_nemo_config(source: str | Path | Mapping, overrides=(), *,
     overrides. Raises ``ValueError`` naming every refused key, or (unless
     ``ignore_unsupported``) listing the ignored ones."""
     name = Path(source).name if isinstance(source, (str, Path)) else "(dict)"
+    result = translate(resolved(source, overrides))
+    if result.refused:
+        raise ValueError(refusal_message(name, result.refused))
+    if result.ignored and not ignore_unsupported:
+        raise ValueError(ignored_message(name, result))
+    return result.config
+
+
+def resolved(source: str | Path | Mapping, overrides=()) -> dict:
+    """The NeMo-RL config as NeMo-RL resolves it: ``defaults:``, the overrides (NeMo-RL's key
+    paths), the interpolations; then the ``rlnb.``-prefixed overrides."""
     if isinstance(source, Mapping):
         if "defaults" in source:
             raise ValueError("a NeMo-RL config with defaults: must be loaded from its file (the "
@@ -106,12 +120,17 @@ def load_nemo_config(source: str | Path | Mapping, overrides=(), *,
     data = resolve_interpolations(apply_overrides(data, theirs))
     for item in ours:
         apply_overrides(data, [item.lstrip("+")])
-    result = translate(data)
-    if result.refused:
-        raise ValueError(refusal_message(name, result.refused))
-    if result.ignored and not ignore_unsupported:
-        raise ValueError(ignored_message(name, result))
-    return result.config
+    return data
+
+
+def translate_file(path: str | Path, overrides=()) -> tuple[dict[str, str], dict[str, str]]:
+    """``(ignored, refused)`` of one NeMo-RL YAML, without raising for a refusal (a file the
+    reader cannot resolve is one refusal, ``(reader)``): for tools/nemo_configs.py."""
+    try:
+        result = translate(resolved(path, overrides))
+    except ValueError as err:
+        return {}, {"(reader)": str(err).splitlines()[0]}
+    return result.ignored, result.refused
 
 
 def translate(nemo: dict) -> Translation:
@@ -120,10 +139,10 @@ def translate(nemo: dict) -> Translation:
     loops = [k for k in ("grpo", "ppo") if isinstance(nemo.get(k), Mapping)]
     for key, what in OTHER_LOOPS.items():
         if key in nemo:
-            where = ("; rlnb's DPO loop takes an rlnb config (algorithm: dpo, "
-                     "configs/dpo_tiny.yaml) with NeMo-RL's dpo key names" if key == "dpo" else
-                     " (the DPO and SFT losses are in rlnb.nemo.loss)")
-            r.refuse(key, f"NeMo-RL's {what} loop: rlnb reads NeMo-RL YAML for GRPO and PPO{where}")
+            r.refuse(key, f"NeMo-RL's {what} loop: rlnb reads NeMo-RL YAML for GRPO, PPO and DPO "
+                     "(the SFT loss is in rlnb.nemo.loss)")
+    if isinstance(nemo.get("dpo"), Mapping) and not r.refused:
+        return _translate_dpo(r, nemo)
     if len(loops) != 1:
         if not r.refused:
             r.refuse("grpo" if loops else "(top level)", "a NeMo-RL GRPO or PPO config has "
@@ -142,18 +161,39 @@ def translate(nemo: dict) -> Translation:
     out["checkpointing"] = r.copy("checkpointing", ("enabled", "save_period", "keep_top_k"))
     r.ignore("checkpointing", "checkpoint")
     out["logger"] = logger_section(r)
-    for key, value in (("reward_penalties", False), ("on_policy_distillation", None)):
-        r.neutral_tree(key, (value, None), "NeMo-Gym's reward penalties / on-policy "
-                       "distillation: rlnb has neither")
+    r.neutral_tree("reward_penalties", (False, None), "NeMo-Gym's reward penalties: rlnb has "
+                   "none")
+    if r.get("on_policy_distillation.enabled"):
+        r.refuse("on_policy_distillation", "on-policy distillation from teacher models: rlnb's "
+                 "GRPO has none")
+    r.used("on_policy_distillation")  # (off)
+    if r.has("async_rl"):
+        r.refuse("async_rl", "NeMo-RL's single-controller asynchronous loop (its sampler's "
+                 "look-ahead, streaming batches): rlnb's async GRPO is grpo.async_grpo")
     r.ignore("cluster", "cluster")
     r.ignore("data_plane", "data_plane")
-    r.refuse_rest("not a key rlnb's NeMo-RL reader knows (a newer NeMo-RL key?): remove it, or "
+    r.refuse_rest("not a key rlnb's NeMo-RL reader maps (a newer NeMo-RL key?): remove it, or "
                   "ask for it to be mapped")
     extras = nemo.get("rlnb") or {}
     if not isinstance(extras, Mapping):
         r.refuse("rlnb", "the rlnb: section must be a mapping of rlnb config sections")
         extras = {}
     config = merge(out, extras)
+    return Translation(config, ignored=r.ignored, roots=r.roots, refused=r.refused)
+
+
+def _translate_dpo(r: Report, nemo: dict) -> Translation:
+    out: dict[str, Any] = {"algorithm": "dpo", "sft": {"enabled": False}}
+    out["policy"] = model_section(r, "policy")
+    out["dpo"] = dpo_section(r, out)
+    schedule_cadence(r, out, "dpo")
+    out["checkpointing"] = r.copy("checkpointing", ("enabled", "save_period", "keep_top_k"))
+    r.ignore("checkpointing", "checkpoint")
+    out["logger"] = logger_section(r)
+    r.ignore("cluster", "cluster")
+    r.refuse_rest("not a key rlnb's NeMo-RL reader maps (a newer NeMo-RL key?): remove it, or "
+                  "ask for it to be mapped")
+    config = merge(out, nemo.get("rlnb") or {})
     return Translation(config, ignored=r.ignored, roots=r.roots, refused=r.refused)
 
 
