@@ -232,8 +232,17 @@ def train(path, tmp_path, *overrides, steps):
 
 @pytest.mark.slow
 def test_a_prorl_v2_shaped_config_trains(assets, tmp_path):
-    path = write_yaml(tmp_path / "prorlv2.yaml", prorl_shaped(assets["model"], assets["data"]))
-    metrics, written = train(path, tmp_path, "grpo.max_num_steps=2", steps=2)
+    # one-digit answers: an untrained model is sometimes right, so dynamic sampling finds groups
+    # whose rewards differ
+    data = tmp_path / "digits.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"{a}+0", "expected_answer": str(a % 3)})
+                            + "\n" for a in range(24)))
+    path = write_yaml(tmp_path / "prorlv2.yaml", prorl_shaped(assets["model"], str(data)))
+    # coefficient 1: truncated answers keep their reward (0 would zero nearly every untrained one)
+    metrics, written = train(path, tmp_path, "grpo.max_num_steps=2",
+                             "grpo.reward_shaping.stop_properly_penalty_coef=1.0",
+                             "grpo.num_generations_per_prompt=8", steps=2)
+    assert written["grpo"]["use_dynamic_sampling"] is True
     assert written["grpo"]["adv_estimator"]["name"] == "reinforce_plus_plus"
     assert written["grpo"]["use_leave_one_out_baseline"] is True
     assert written["loss_fn"]["reference_policy_kl_type"] == "k2"
