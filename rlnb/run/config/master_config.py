@@ -40,12 +40,12 @@ from difflib import get_close_matches
 from pathlib import Path
 
 import yaml
-from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_serializer
 
 from rlnb.algorithms.checks import choose
 from rlnb.algorithms.policy_loss import ClippedPGLossConfig
 from rlnb.algorithms.value_loss import ValueLossConfig
-from rlnb.config import Config, apply_overrides, parse_config, parse_override
+from rlnb.config import Config, apply_overrides, cross_field_rule, parse_config, parse_override
 from rlnb.engine.environments.multiturn import EnvConfig
 from rlnb.engine.environments.reward_funcs import RewardFuncConfig
 from rlnb.engine.environments.run_task import check_reward_rules
@@ -140,7 +140,7 @@ class MasterConfig(Config):
         algorithm reads (``loops.py``; a loop registered on GRPO's section reads ``grpo``)."""
         return getattr(self, LOOPS[self.algorithm].sections[0])
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _sections_agree(self) -> MasterConfig:
         # the loop's rules with the other sections (trainers/loop_config.py); also decides
         # reuse_generation_logprobs, before a trainer builds an engine, into the resolved config
@@ -206,6 +206,7 @@ def load_config(
     is translated by ``rlnb.run.config.nemo.translate`` (its overrides use NeMo-RL's keys); the keys
     rlnb ignores are refused, listed, unless ``ignore_unsupported``."""
     if isinstance(source, MasterConfig) and not overrides and preset is None:
+        source.check()  # it may have been edited field by field since it was built
         return source
     if isinstance(source, MasterConfig):
         data = source.model_dump(mode="json")
