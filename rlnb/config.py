@@ -11,27 +11,84 @@ next to the code it configures. They share this base so that:
 4) dotted overrides (``loss_fn.ratio_clip_max=0.28``, the value read as YAML) are applied to the
    plain data before validation, so they are checked like a file. They live here, below every
    layer, because both the run layer (config files) and the engine (``reconfigure`` between
-   steps) apply them.
+   steps) apply them;
+5) a rule across fields (``@cross_field_rule``) is checked where a config is built and again
+   where it is used (``Config.check``, called by ``parse_config`` and the trainers), not on each
+   attribute assignment: NeMo-RL's code sets two related fields one after the other, and the
+   config is inconsistent between the two. Each single field is still type-checked on
+   assignment.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from difflib import get_close_matches
 from typing import Any, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 C = TypeVar("C", bound="Config")
 
 
+# the config whose attribute is being assigned: its cross-field rules wait for ``check``
+_ASSIGNING: ContextVar[object | None] = ContextVar("rlnb_config_assigning", default=None)
+
+
+def cross_field_rule(func):
+    """A rule across a config's fields (``model_validator(mode="after")``), run when the config
+    is built and by ``Config.check``, but not when one of its fields is assigned (choice 5).
+
+    A config built from a dict (a file, ``parse_config``, a section's default) is checked at
+    once. A config edited field by field may be inconsistent in between; it is checked again
+    before use: ``parse_config`` (which the losses, estimators and loggers call on their config)
+    and the trainers call ``check`` on a config they are given, so a half-built config still
+    fails, naming the rule, before anything runs with it.
+    """
+
+    @functools.wraps(func)
+    def rule(self):
+        if _ASSIGNING.get() is self:  # a nested config built by the assignment is still checked
+            return self
+        return func(self)
+
+    return model_validator(mode="after")(rule)
+
+
 class Config(BaseModel):
-    """Base of every rlnb config section: strict keys, validated on assignment too."""
+    """Base of every rlnb config section: strict keys; each field validated on assignment too,
+    the rules across fields (``cross_field_rule``) when built and by ``check`` before use."""
 
     # protected_namespaces=(): pydantic < 2.10 reserves the whole ``model_`` prefix and warns at
     # import about ``policy.model_name``; a field that shadows a BaseModel method still warns
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        token = _ASSIGNING.set(self)
+        try:
+            super().__setattr__(name, value)
+        finally:
+            _ASSIGNING.reset(token)
+
+    def check(self, where: str = "") -> None:
+        """Run every rule again, its sub-configs' first (fields may have been assigned one by
+        one since it was built); raises ``ValueError`` naming the broken rule's dotted path."""
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            for i, item in enumerate(value if isinstance(value, list) else [value]):
+                if isinstance(item, Config):
+                    sub = f"{where}.{name}" if where else name
+                    item.check(f"{sub}[{i}]" if isinstance(value, list) else sub)
+        fields_set = set(self.model_fields_set)
+        try:  # validates the current values in place, as __init__ does
+            values = {**self.__dict__, **(self.__pydantic_extra__ or {})}
+            type(self).__pydantic_validator__.validate_python(values, self_instance=self)
+        except ValidationError as err:
+            raise ValueError(format_validation_error(err, type(self), where)) from None
+        finally:
+            object.__setattr__(self, "__pydantic_fields_set__", fields_set)
 
 
 def _section_model(annotation: Any) -> Any:
@@ -77,6 +134,7 @@ def format_validation_error(err: ValidationError, model: type[BaseModel], where:
 def parse_config(model: type[C], data: C | Mapping[str, Any] | None, where: str = "") -> C:
     """Validate ``data`` into ``model``; raises ``ValueError`` naming each bad key's dotted path."""
     if isinstance(data, model):
+        data.check(where)  # it may have been edited field by field since it was built
         return data
     if isinstance(data, BaseModel):
         data = data.model_dump()

@@ -134,6 +134,7 @@ class Estimator:
     needs_critic = False
     kl_in_reward = False  # True for the estimators that put β·KL into the advantages
     trainable = True  # False: no trainer can feed it yet (OPD's teacher)
+    reads_rewards = True  # False: ``rewards`` may be None (GDPO, OPD: as NeMo-RL, never read)
     not_trainable_because = ""  # with trainable = False: what a trainer would have to provide
 
     @classmethod
@@ -169,7 +170,7 @@ class Estimator:
 
         Args:
             prompt_ids: ``[B, L]`` prompt tokens (equal rows = one group).
-            rewards: ``[B]`` finite rewards (unused by GDPO and OPD, still checked).
+            rewards: ``[B]`` finite rewards (unused by GDPO and OPD: None there, or checked).
             mask: ``[B, S]`` token_mask·sample_mask.
             repeated_batch: the batch dict; GDPO reads its reward components.
             logprobs_policy: ``[B, S]`` π_old log-probs (Reinforce++'s KL; OPD's student).
@@ -180,10 +181,14 @@ class Estimator:
             generation_logprobs, sample_mask: accepted because NeMo-RL's loop passes them;
                 no estimator here reads them.
         """
-        check_tensor("rewards", rewards, ndim=1, floating=True)
-        check_finite("rewards", rewards)
+        if rewards is None and self.reads_rewards:
+            raise ValueError(f"rewards: None, but {type(self).__name__} reads them; pass the "
+                             "[B] rewards")
+        if rewards is not None:
+            check_tensor("rewards", rewards, ndim=1, floating=True)
+            check_finite("rewards", rewards)
         check_tensor("prompt_ids", prompt_ids, ndim=(1, 2))
-        check_mask("mask", mask, shape=(rewards.shape[0], None))
+        check_mask("mask", mask, shape=(None, None))
         check_same_rows(prompt_ids=prompt_ids, rewards=rewards, mask=mask)
         if repeated_batch is not None and not isinstance(repeated_batch, Mapping):
             raise TypeError(

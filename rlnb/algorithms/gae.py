@@ -118,6 +118,28 @@ def whiten(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (advantages - mean) * torch.rsqrt(var + 1e-8)
 
 
+def policy_lambda(
+    mask: torch.Tensor,
+    *,
+    gae_lambda: float = 0.95,
+    gae_lambda_policy: float | None = None,
+    length_adaptive_alpha: float = 0.0,
+) -> float | torch.Tensor:
+    """λ of the advantages' pass: with α > 0, VAPO's length-adaptive ``[B]`` tensor
+    ``clamp(1 − 1/max(α·L, 1), 0, 1)`` with L the row's valid tokens; else ``gae_lambda_policy``
+    if set; else ``gae_lambda`` (NeMo-RL's ``_resolve_lambda_policy``).
+
+    Args:
+        mask: ``[B, S]`` 0/1 response mask (L = its row sums).
+    """
+    if length_adaptive_alpha > 0:
+        lengths = mask.sum(dim=1).float()  # [B]
+        return (1 - 1 / (length_adaptive_alpha * lengths).clamp(min=1)).clamp(0, 1)
+    if gae_lambda_policy is not None:
+        return gae_lambda_policy
+    return gae_lambda
+
+
 def gae_advantages(
     rewards: torch.Tensor,
     values: torch.Tensor,
@@ -147,13 +169,8 @@ def gae_advantages(
     check_tensor("values", values, ndim=2, floating=True)
     token_rewards = token_level_rewards(rewards, m, kl_penalty)
     lam_value = gae_lambda if gae_lambda_value is None else gae_lambda_value
-    if length_adaptive_alpha > 0:
-        lengths = m.sum(dim=1)  # [B]
-        lam_policy = (1 - 1 / (length_adaptive_alpha * lengths).clamp(min=1)).clamp(0, 1)
-    elif gae_lambda_policy is not None:
-        lam_policy = gae_lambda_policy
-    else:
-        lam_policy = gae_lambda
+    lam_policy = policy_lambda(m, gae_lambda=gae_lambda, gae_lambda_policy=gae_lambda_policy,
+                               length_adaptive_alpha=length_adaptive_alpha)
     decoupled = (
         gae_lambda_value is not None or gae_lambda_policy is not None or length_adaptive_alpha > 0
     )

@@ -92,7 +92,10 @@ def gdpo_advantages(
 
 
 class GDPOAdvantageEstimator(Estimator):
-    """GDPO over the reward components of ``repeated_batch``; ``rewards`` is unused."""
+    """GDPO over the reward components of ``repeated_batch``; ``rewards`` is unused (None is
+    accepted, as NeMo-RL never reads it)."""
+
+    reads_rewards = False
 
     def _advantages(self, prompt_ids, rewards, mask, *, repeated_batch, **_unused):
         if repeated_batch is None:

@@ -44,6 +44,7 @@ class OnPolicyDistillationAdvantageEstimator(Estimator):
     ``last_metrics``."""
 
     needs_groups = False
+    reads_rewards = False  # pure distillation: rewards may be None, as in NeMo-RL
     trainable = False
     not_trainable_because = ("it needs a teacher model's log-probs, and rlnb's trainers have no "
                              "teacher model yet")

@@ -24,12 +24,12 @@ from collections.abc import Mapping
 from difflib import get_close_matches
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from rlnb.algorithms.checks import choose
 from rlnb.algorithms.importance_sampling import TRUNCATED_IS_TYPES
 from rlnb.algorithms.kl import KL_ESTIMATORS
-from rlnb.config import Config, parse_config
+from rlnb.config import Config, cross_field_rule, parse_config
 
 
 class ClippedPGLossConfig(Config):
@@ -75,7 +75,7 @@ class ClippedPGLossConfig(Config):
         0.0, ge=0, description="VAPO μ: NLL on positive-reward samples (needs rewards)."
     )
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _compatible(self) -> ClippedPGLossConfig:
         choose(KL_ESTIMATORS, self.reference_policy_kl_type, "reference_policy_kl_type")
         problems = []

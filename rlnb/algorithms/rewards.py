@@ -32,10 +32,10 @@ import warnings
 from collections.abc import Mapping
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from rlnb.algorithms.checks import check_mask, check_same_rows, check_tensor
-from rlnb.config import Config
+from rlnb.config import Config, cross_field_rule
 
 # --------------------------------------------------------------------------------------------
 # configs
@@ -50,7 +50,7 @@ class RewardScalingConfig(Config):
     target_min: float = Field(0.0, description="Value that source_min is mapped to.")
     target_max: float = Field(1.0, description="Value that source_max is mapped to.")
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _source_range_not_empty(self) -> RewardScalingConfig:
         fields = type(self).model_fields
         moved = [k for k in ("source_min", "source_max", "target_min", "target_max")
@@ -95,7 +95,7 @@ class RewardShapingConfig(Config):
         "the DAPO parameters are ignored.",
     )
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _dapo_parameters_complete(self) -> RewardShapingConfig:
         # Fail at load time what shape_rewards would only reject at the first step, and refuse
         # what it would silently ignore (rlnb's rule: an accepted option always acts).

@@ -33,6 +33,7 @@ import torch
 
 from rlnb.algorithms import advantages, gae, gdpo, opd, reinforce_plus_plus
 from rlnb.algorithms.advantages import AdvEstimatorConfig
+from rlnb.algorithms.checks import check_mask
 from rlnb.algorithms.estimators import estimator_class
 
 __all__ = ["AdvEstimatorConfig", "GDPOAdvantageEstimator", "GRPOAdvantageEstimator",
@@ -110,6 +111,19 @@ class RawRewardAdvantageEstimator(gae.RawRewardAdvantageEstimator):
 
 class GeneralizedAdvantageEstimator(gae.GeneralizedAdvantageEstimator):
     """GAE over right-shifted critic ``values`` ``[B, S]``; returns ``(advantages, returns)``."""
+
+    def _resolve_lambda_policy(self, mask: torch.Tensor) -> float | torch.Tensor:
+        """λ of the advantages: ``[B]`` length-adaptive ``clamp(1 − 1/max(α·L, 1), 0, 1)`` when
+        ``length_adaptive_alpha`` > 0, else ``gae_lambda_policy``, else ``gae_lambda``."""
+        c = self.config
+        return gae.policy_lambda(check_mask("mask", mask, shape=(None, None)),
+                                 gae_lambda=c.gae_lambda, gae_lambda_policy=c.gae_lambda_policy,
+                                 length_adaptive_alpha=c.length_adaptive_alpha)
+
+    def _resolve_lambda_value(self) -> float:
+        """λ of the value returns: ``gae_lambda_value`` if set, else ``gae_lambda``."""
+        c = self.config
+        return c.gae_lambda if c.gae_lambda_value is None else c.gae_lambda_value
 
     def compute_advantage(self, prompt_ids, rewards, mask, values, reference_logprobs=None,
                           logprobs=None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:

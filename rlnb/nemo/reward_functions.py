@@ -7,22 +7,52 @@ response lengths from ``response_token_lengths`` or else the first assistant mes
 ``message_log``), calls rlnb's ``shape_rewards`` and writes ``total_reward`` back, keeping the
 unshaped copy in ``unshaped_total_reward``. See docs/algorithms.md#reward-scaling-and-shaping.
 
-Deliberate differences (docs/nemo_rl_names.md): ``RewardShapingConfig`` is rlnb's strict config,
-so an enabled config without κ or all three DAPO parameters, DAPO parameters next to κ, or
-parameters under ``enabled: false`` fail when the config is built (NeMo-RL: at the first call,
-or never); bad values raise ``ValueError`` instead of ``AssertionError``.
+``RewardShapingConfig(**cfg["grpo"]["reward_shaping"])`` takes NeMo-RL's shipped section:
+parameters under ``enabled: false`` are kept and unused, and DAPO's parameters beside κ only
+warn, as in NeMo-RL (rlnb's own ``grpo.reward_shaping``, ``rlnb.algorithms.rewards``, refuses
+both: an rlnb option always acts). Deliberate differences (docs/nemo_rl_names.md): an unknown
+key, or an enabled config without κ or all three DAPO parameters, fails when the config is
+built (NeMo-RL: lets it through, or fails at the first call); bad values raise ``ValueError``
+instead of ``AssertionError``.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from rlnb.algorithms.rewards import RewardShapingConfig, shape_rewards
+from rlnb.algorithms import rewards
+from rlnb.algorithms.rewards import shape_rewards
+from rlnb.config import cross_field_rule
 
 __all__ = ["RewardShapingConfig", "apply_reward_shaping"]
+
+DAPO_KEYS = ("overlong_buffer_length", "overlong_buffer_penalty", "max_response_length")
+
+
+class RewardShapingConfig(rewards.RewardShapingConfig):
+    """NeMo-RL's ``grpo.reward_shaping``: rlnb's fields and bounds with NeMo-RL's tolerance of
+    parameters that do nothing (module docstring); usable wherever rlnb's config is."""
+
+    @cross_field_rule
+    def _dapo_parameters_complete(self) -> RewardShapingConfig:  # (replaces rlnb's rule)
+        if not self.enabled:  # NeMo-RL's shipped configs carry DAPO's parameters here
+            return self
+        if self.stop_properly_penalty_coef is not None:
+            beside = [k for k in DAPO_KEYS if getattr(self, k) is not None]
+            if beside:  # NeMo-RL prints this at each call; apply_reward_shaping warns there too
+                warnings.warn(f"reward_shaping: stop_properly_penalty_coef is set, so "
+                              f"{', '.join(beside)} are ignored (set it to null for DAPO's "
+                              "overlong penalty)", stacklevel=2)
+            return self
+        missing = [k for k in DAPO_KEYS if getattr(self, k) is None]
+        if missing:
+            raise ValueError("enabled reward shaping needs stop_properly_penalty_coef or all "
+                             f"three DAPO parameters; missing: {', '.join(missing)}")
+        return self
 
 
 def config_value(cfg: Any, key: str, default: Any = None) -> Any:

@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from rlnb.config import Config
+from rlnb.config import Config, cross_field_rule
 from rlnb.engine.environments.base import Environment, Rewards, StepResult, check_rewards
 from rlnb.engine.models.backend import Generations, left_pad, tokenize_prompts
 
@@ -40,7 +40,7 @@ class EnvConfig(Config):
     name: str = Field("task", description="task | retry")
     retry_feedback: str = Field(" no. try again: ", description="retry: the observation text")
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _feedback_only_for_retry(self) -> EnvConfig:
         default = type(self).model_fields["retry_feedback"].default
         if self.name != "retry" and self.retry_feedback != default:

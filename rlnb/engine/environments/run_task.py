@@ -54,7 +54,7 @@ def with_user_data(config, *, reward_funcs=None, reward_weights=None, train_data
         raise ValueError("eval_dataset= needs train_dataset= (the held-out rows of a task's own "
                          "data are data.val_split or carved out of it)")
     config = config.model_copy(deep=True)
-    try:  # each assignment is validated with the config's rules across sections
+    try:  # each assignment is type-checked; the rules across sections run in check() below
         if reward_funcs is not None:
             funcs = reward_func_list(reward_funcs, reward_weights)
             config.reward_funcs = [RewardFuncConfig(func=f.ref, weight=f.weight, name=f.name)
@@ -67,6 +67,7 @@ def with_user_data(config, *, reward_funcs=None, reward_weights=None, train_data
             config.data = TaskConfig(name="dataset", **kept)
     except ValidationError as err:
         raise ValueError(format_validation_error(err, type(config), "")) from None
+    config.check()
     return config
 
 

@@ -44,7 +44,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from rlnb.algorithms.checks import choose
-from rlnb.config import Config, parse_config
+from rlnb.config import Config, cross_field_rule, parse_config
 from rlnb.engine.environments.addition_think import AdditionThinkTask
 from rlnb.engine.environments.base import Task
 from rlnb.engine.environments.generated import AdditionTask
@@ -138,7 +138,7 @@ class TaskConfig(Config):
             data = {k: v for k, v in data.items() if k != "prompt_key"}
         return data
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _task_settings(self) -> TaskConfig:
         settings = check_settings(self.name, self.__pydantic_extra__ or {})
         # the checked values, every one (defaults filled in): what the task is built with

@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from rlnb.config import Config
+from rlnb.config import Config, cross_field_rule
 
 
 class CompileConfig(Config):
@@ -28,7 +28,7 @@ class CompileConfig(Config):
         "compiler); aot_eager: traced graphs run by eager kernels, no speed-up (to check that a "
         "model traces).")
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _something_to_compile(self) -> CompileConfig:
         if self.enabled and not (self.update or self.generation):
             raise ValueError("enabled=true with update=false and generation=false compiles "

@@ -11,10 +11,10 @@ config then accepts its name.
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from rlnb.algorithms.checks import choose
-from rlnb.config import Config
+from rlnb.config import Config, cross_field_rule
 from rlnb.engine.models.backend import GenerationBackend
 from rlnb.engine.models.hf_backend import HFGenerationBackend
 from rlnb.engine.models.vllm_backend import VLLMGenerationBackend  # imports no vllm
@@ -44,7 +44,7 @@ class GenerationConfig(Config):
         None, description="Also end a response at these token ids (kept, as EOS is).")
     vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="backend=vllm's engine.")
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _known_backend(self) -> GenerationConfig:
         choose(GENERATION_BACKENDS, self.backend, "generation backend (policy.generation.backend)")
         choose(dict.fromkeys(("loop", "generate")), self.sampler,

@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
-from rlnb.config import Config
+from rlnb.config import Config, cross_field_rule
 
 ADAPTER = "default"  # peft's name for the one adapter set
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -78,7 +78,7 @@ class LoraConfig(Config):
             raise ValueError("module names must be non-empty strings")
         return names
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _one_way_to_target(self) -> LoraConfig:
         if self.target_modules and self.match_all_linear:
             raise ValueError(

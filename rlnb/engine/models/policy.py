@@ -34,11 +34,11 @@ from collections.abc import Callable
 from typing import Literal
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from rlnb.algorithms.logprobs import token_logprobs
 from rlnb.algorithms.reduction import combine_metrics, global_valid_counts, sum_partial_metrics
-from rlnb.config import Config
+from rlnb.config import Config, cross_field_rule
 from rlnb.engine.models.compile_config import CompileConfig, check_compile_applies
 from rlnb.engine.models.generation import GenerationConfig
 from rlnb.engine.models.loading import load_model_and_tokenizer
@@ -54,7 +54,7 @@ class TinyModelConfig(Config):
     num_attention_heads: int = Field(4, ge=1, description="Attention heads.")
     intermediate_size: int | None = Field(None, description="MLP width (default 2x hidden).")
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _heads_divide_width(self) -> TinyModelConfig:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
@@ -84,7 +84,7 @@ class OptimizerConfig(Config):
         "global batch), or one pass over a step's batch (NeMo-RL's cadence: its workers tick "
         "the scheduler once per train() call, however many global batches it holds).")
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _factor_needs_steps(self) -> OptimizerConfig:
         if self.warmup_start_factor is not None and not self.warmup_steps:
             raise ValueError("warmup_start_factor needs warmup_steps > 0 (it would be ignored)")
@@ -122,7 +122,7 @@ class PolicyConfig(Config):
     lora: LoraConfig = Field(default_factory=LoraConfig)
     compile: CompileConfig = Field(default_factory=CompileConfig)
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _room_for_a_prompt(self) -> PolicyConfig:
         if self.model_name == "tiny" and self.tokenizer_name is not None:
             raise ValueError("tokenizer_name is for a hub or local model; the embedded tiny "

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
+from rlnb.config import Config
 from rlnb.engine.data.batches import RolloutBatch, StepMetrics
 from rlnb.engine.environments.prompts import format_prompt
 from rlnb.engine.environments.run_task import build_run_task, with_user_data
@@ -107,6 +108,8 @@ class Trainer(SaveState):
                 f"{type(self).__name__} needs a config with algorithm: {self.loop_section}; this "
                 f"one has algorithm: {getattr(config, 'algorithm', 'grpo')!r} "
                 "(rlnb.engine.trainers.loops.make_trainer builds the loop a config names)")
+        if isinstance(config, Config):  # fields may have been assigned one by one since it
+            config.check()               # was built: its rules across fields run again here
         user = {"reward_funcs": reward_funcs, "reward_weights": reward_weights,
                 "train_dataset": train_dataset, "eval_dataset": eval_dataset}
         self.config = config = with_user_data(config, **user)

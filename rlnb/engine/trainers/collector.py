@@ -33,9 +33,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from rlnb.algorithms.replay_buffer import AsyncGRPOConfig, ReplayBuffer, replay_buffer_capacity
+from rlnb.config import cross_field_rule
 from rlnb.engine.data.batch_join import concat_rollouts, rollout_to_dict
 from rlnb.engine.data.batches import RolloutBatch
 from rlnb.engine.trainers.rollout import RolloutInputs, sample_and_score, shape_metrics
@@ -54,7 +55,7 @@ class AsyncLoopConfig(AsyncGRPOConfig):
         None, ge=1, description="torch threads of the trainer while the collector runs (None: "
         "the other half).")
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _supported(self) -> AsyncLoopConfig:
         changed = [k for k, f in type(self).model_fields.items()
                    if k != "enabled" and getattr(self, k) != f.default]

@@ -29,7 +29,7 @@ from pydantic import Field, model_validator
 
 from rlnb.algorithms.policy_loss_config import ClippedPGLossConfig
 from rlnb.algorithms.preference import DPOLossConfig
-from rlnb.config import Config
+from rlnb.config import Config, cross_field_rule
 
 # GRPO's and PPO's keys a DPO section may hold by mistake, with why DPO has none (choice 1)
 NOT_DPO_KEYS = {
@@ -76,7 +76,7 @@ class PairsConfig(Config):
         None, description="dataset: a .jsonl/.json/.parquet file (or a hub data set) of "
         "prompt/chosen/rejected rows.")
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _read_by_the_source(self) -> PairsConfig:
         unread = {"dataset": self.source != "dataset",
                   "pool_prompts": self.source != "warm_start",
@@ -126,7 +126,7 @@ class DPOConfig(DPOLossConfig):
                 raise ValueError(f"{key!r} is not a DPO key: {NOT_DPO_KEYS[key]}")
         return data
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _consistent(self) -> DPOConfig:
         if self.max_num_epochs is not None:
             raise ValueError(f"max_num_epochs={self.max_num_epochs}: rlnb cycles through the "

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from rlnb.algorithms.estimators import estimator_class
 from rlnb.algorithms.rewards import RewardScalingConfig, RewardShapingConfig
-from rlnb.config import Config
+from rlnb.config import Config, cross_field_rule
 from rlnb.engine.environments.run_task import loop_section_of
 from rlnb.engine.models.generation import GENERATION_BACKENDS
 
@@ -93,7 +93,7 @@ class LoopConfig(Config):
         """Whether per-prompt statistics leave each row out (dynamic sampling's std filter)."""
         return False
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _shared_rules(self):
         key = self.section
         if self.batch_multiplier != 1 and not self.use_dynamic_sampling:

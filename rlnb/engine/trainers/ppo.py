@@ -39,14 +39,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from rlnb.algorithms.estimators import make_ppo_advantage_estimator
 from rlnb.algorithms.gae import PPOAdvEstimatorConfig, gae_advantages
 from rlnb.algorithms.masked import masked_stats
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
 from rlnb.algorithms.value_loss import MseValueLossFn, explained_variance
-from rlnb.config import parse_config
+from rlnb.config import cross_field_rule, parse_config
 from rlnb.engine.data.batches import AdvantageBatch, RolloutBatch, StepMetrics, UpdateResult
 from rlnb.engine.models.value import ValueModel, value_body
 from rlnb.engine.runtime.timing import timer
@@ -82,7 +82,7 @@ class PPOConfig(LoopConfig):
     policy_training_start_step: int = Field(
         0, ge=0, description="Critic warm-up: only the critic trains before this step.")
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _consistent(self) -> PPOConfig:
         if self.max_num_epochs is not None:
             raise ValueError(f"ppo.max_num_epochs={self.max_num_epochs}: rlnb's tasks stream "

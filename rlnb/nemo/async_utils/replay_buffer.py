@@ -14,23 +14,25 @@ without a resume step (NeMo-RL then drops incomplete targets and keeps the newes
 
 Deliberate differences (docs/nemo_rl_names.md): no Ray actor and no lock (``ReplayBuffer`` is this
 class; share it between threads under your own lock); ``load_from_path`` reads with
-``torch.load(weights_only=True)`` (tensors, lists, dicts, numbers and strings; no pickled code),
-so ``save_to_path`` refuses, before writing, a state holding anything else (naming where it is)
-rather than write a file its own load would refuse, and ``load_from_path`` returns
-``{"num_trajectories"}`` only (no NeMo-Gym task index); ``get_debug_info`` has no starvation
-diagnostics (they read NeMo-RL's rollout metrics); ``current_training_step`` without
-``num_prompts_per_step`` is refused.
+``torch.load(weights_only=True)`` (tensors, lists, dicts, numbers and strings; no pickled code;
+``BatchedDataDict``s are written as tagged dicts and rebuilt), so ``save_to_path`` refuses,
+before writing, a state holding anything else, a subclass of those types included (naming where
+it is and its type), rather than write a file its own load would refuse, and
+``load_from_path`` returns ``{"num_trajectories"}`` only (no NeMo-Gym task index);
+``get_debug_info`` has no starvation diagnostics (they read NeMo-RL's rollout metrics);
+``current_training_step`` without ``num_prompts_per_step`` is refused.
 """
 
 from __future__ import annotations
 
 import pickle
-from collections import Counter
+from collections import Counter, OrderedDict
 from typing import Any
 
 import torch
 
 from rlnb.algorithms import replay_buffer as rb
+from rlnb.nemo.batched_data_dict import BatchedDataDict
 
 __all__ = ["ReplayBuffer", "ReplayBufferImpl"]
 
@@ -111,14 +113,16 @@ class ReplayBufferImpl:
     def save_to_path(self, path: str) -> int:
         """``torch.save`` the state; returns the number of entries saved. A state that
         ``load_from_path`` could not read back (a value other than tensors, numbers, strings,
-        lists, tuples and dicts) is refused before anything is written, naming where it is."""
+        lists, tuples, dicts and BatchedDataDicts, each of exactly that type) is refused before
+        anything is written, naming where it is and its type."""
         state = self.state_dict()
         where = _unloadable(state, "state")
         if where is not None:
             raise ValueError(f"save_to_path({path!r}): {where}, which load_from_path "
                              "(torch.load(weights_only=True)) refuses: store tensors, numbers, "
-                             "strings, lists or dicts in the trajectories")
-        torch.save(state, path)
+                             "strings, lists, tuples, dicts or BatchedDataDicts in the "
+                             "trajectories")
+        torch.save(_to_plain(state), path)
         return len(state["trajectories"])
 
     def load_from_path(self, path: str, num_prompts_per_step: int | None = None,
@@ -126,7 +130,7 @@ class ReplayBufferImpl:
                        max_age_steps: int | None = None) -> dict[str, int]:
         """``load_state_dict`` of a file written by ``save_to_path``."""
         try:
-            state = torch.load(path, weights_only=True)
+            state = _from_plain(torch.load(path, weights_only=True))
         except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ValueError(f"load_from_path({path!r}): not a replay buffer state this can "
@@ -182,24 +186,51 @@ class ReplayBufferImpl:
 ReplayBuffer = ReplayBufferImpl  # NeMo-RL's is the same class as a Ray actor
 
 
-_PLAIN = (str, bytes, int, float, bool, complex, type(None), torch.Tensor, torch.dtype,
-          torch.Size, torch.device)
+# what torch.load(weights_only=True) rebuilds, by exact type: a subclass (numpy.float64 of float,
+# a namedtuple, an IntEnum, a defaultdict, a str subclass) is refused by the load
+_PLAIN = frozenset({str, bytes, int, float, bool, complex, type(None), torch.Tensor,
+                    torch.nn.Parameter, torch.dtype, torch.Size, torch.device})
+_CONTAINERS = frozenset({dict, OrderedDict, list, tuple})
+_BATCH_TAG = "__rlnb_BatchedDataDict__"  # a saved BatchedDataDict: {_BATCH_TAG: its plain dict}
 
 
 def _unloadable(value: Any, where: str) -> str | None:
     """Where in ``value`` something lies that ``torch.load(weights_only=True)`` refuses, as
-    ``"state['trajectories'][0]['x'] is a numpy.ndarray"``; None when all of it loads."""
-    if isinstance(value, _PLAIN):
+    ``"state['trajectories'][0]['x'] is a numpy.ndarray"``; None when all of it loads (a
+    ``BatchedDataDict`` counts as its plain dict: ``save_to_path`` writes it as one)."""
+    kind = type(value)
+    if kind in _PLAIN:
         return None
-    if isinstance(value, dict):
+    if isinstance(value, BatchedDataDict) or kind in (dict, OrderedDict):
         for k, v in value.items():
             found = _unloadable(k, f"a key of {where}") or _unloadable(v, f"{where}[{k!r}]")
             if found:
                 return found
         return None
-    if isinstance(value, (list, tuple)):
+    if kind in (list, tuple):
         return next((f for i, v in enumerate(value) if (f := _unloadable(v, f"{where}[{i}]"))),
                     None)
-    kind = type(value)
     return f"{where} is a {kind.__module__}.{kind.__qualname__}"
 
+
+def _to_plain(value: Any) -> Any:
+    """``value`` with each ``BatchedDataDict`` as ``{_BATCH_TAG: dict}`` (a dict subclass is
+    not something ``torch.load(weights_only=True)`` rebuilds)."""
+    if isinstance(value, BatchedDataDict):
+        return {_BATCH_TAG: {k: _to_plain(v) for k, v in value.items()}}
+    if type(value) in (dict, OrderedDict):
+        return type(value)((k, _to_plain(v)) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return type(value)(_to_plain(v) for v in value)
+    return value
+
+
+def _from_plain(value: Any) -> Any:
+    """The inverse of ``_to_plain``."""
+    if type(value) in (dict, OrderedDict):
+        if len(value) == 1 and _BATCH_TAG in value:
+            return BatchedDataDict({k: _from_plain(v) for k, v in value[_BATCH_TAG].items()})
+        return type(value)((k, _from_plain(v)) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return type(value)(_from_plain(v) for v in value)
+    return value

@@ -29,23 +29,38 @@ Implementation choices:
    looks up the loop's section), so a plug-in registered from a module (an estimator, a task, a
    generation backend, a loop: each one file and one registry entry) is as valid in a config
    file or a ``rlnb train`` override as a built-in one.
+7) ``MasterConfig(**config)`` (NeMo-RL's ``run_grpo.py`` idiom) reads a NeMo-RL config's dict
+   (``is_nemo_config``) as ``load_config(config)`` does: translated, and refused unless rlnb uses
+   every key. A real NeMo-RL config has keys rlnb ignores (``cluster``, parallelism, vLLM), and a
+   constructor has no place for ``ignore_unsupported``, so such a dict is refused in one line
+   naming the first keys and ``rlnb.load_config(config, overrides, ignore_unsupported=True)``,
+   which lists each with its reason and trains without the ignored ones.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import sys
 from collections.abc import Mapping, Sequence
 from difflib import get_close_matches
 from pathlib import Path
+from typing import Any
 
 import yaml
-from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_serializer
 
 from rlnb.algorithms.checks import choose
 from rlnb.algorithms.policy_loss import ClippedPGLossConfig
 from rlnb.algorithms.value_loss import ValueLossConfig
-from rlnb.config import Config, apply_overrides, parse_config, parse_override
+from rlnb.config import (
+    Config,
+    apply_overrides,
+    cross_field_rule,
+    format_validation_error,
+    parse_config,
+    parse_override,
+)
 from rlnb.engine.environments.multiturn import EnvConfig
 from rlnb.engine.environments.reward_funcs import RewardFuncConfig
 from rlnb.engine.environments.run_task import check_reward_rules
@@ -58,7 +73,8 @@ from rlnb.engine.trainers.loop_config import OVERRIDE_ALIASES, check_loop_rules
 from rlnb.engine.trainers.loops import LOOPS, describe_loops, loop_sections
 from rlnb.engine.trainers.ppo import PPOConfig
 from rlnb.engine.trainers.warm_start import SFTConfig
-from rlnb.run.config.nemo.translate import is_nemo_config, load_nemo_config
+from rlnb.run.config.nemo.reader import resolve_interpolations
+from rlnb.run.config.nemo.translate import is_nemo_config, load_nemo_config, translate
 from rlnb.run.store.checkpoint import CheckpointingConfig
 from rlnb.run.store.loggers import LoggerConfig
 
@@ -79,6 +95,17 @@ def _loop_section(**kwargs):
 
 class MasterConfig(Config):
     """A whole run (NeMo-RL's ``MasterConfig``; here it drives rlnb's trainers)."""
+
+    def __init__(self, /, **data: Any) -> None:
+        """rlnb's sections, or a NeMo-RL config's dict, read as ``load_config`` reads it
+        (choice 7)."""
+        if not is_nemo_config(data):
+            super().__init__(**data)
+            return
+        try:  # the translation's values are checked as load_config checks them
+            super().__init__(**nemo_sections(data))
+        except ValidationError as err:
+            raise ValueError(format_validation_error(err, MasterConfig, "")) from None
 
     imports: list[str] = Field(
         default_factory=list,
@@ -140,7 +167,7 @@ class MasterConfig(Config):
         algorithm reads (``loops.py``; a loop registered on GRPO's section reads ``grpo``)."""
         return getattr(self, LOOPS[self.algorithm].sections[0])
 
-    @model_validator(mode="after")
+    @cross_field_rule
     def _sections_agree(self) -> MasterConfig:
         # the loop's rules with the other sections (trainers/loop_config.py); also decides
         # reuse_generation_logprobs, before a trainer builds an engine, into the resolved config
@@ -171,6 +198,32 @@ class MasterConfig(Config):
             if not data.get(key):
                 data.pop(key, None)
         return data
+
+
+def nemo_sections(data: Mapping) -> dict:
+    """rlnb's sections for ``MasterConfig(**data)`` from a NeMo-RL config's (resolved) dict, as
+    ``load_config(data)`` translates it; anything refused or ignored is one ``ValueError`` line
+    naming the first such keys and ``rlnb.load_config(..., ignore_unsupported=True)``."""
+    try:
+        return load_nemo_config(data)
+    except ValueError as err:
+        first = str(err).splitlines()[0].rstrip(":")
+    how = ("build it with rlnb.load_config(config, overrides, ignore_unsupported=True), which "
+           "names each key with its reason and trains without the ones that have no effect")
+    if "defaults" in data:
+        raise ValueError(f"MasterConfig(**config): {first}: load it with "
+                         "rlnb.load_config(path, overrides, ignore_unsupported=True)")
+    result = translate(resolve_interpolations(copy.deepcopy(dict(data))))
+    parts = [f"{what} {len(keys)} key(s) ({_first_keys(keys)})" for what, keys in
+             (("refuses", result.refused), ("ignores", result.ignored)) if keys]
+    found = " and ".join(parts) if parts else first
+    raise ValueError(f"MasterConfig(**config) got a NeMo-RL config whose keys rlnb does not all "
+                     f"use: it {found}; {how}")
+
+
+def _first_keys(keys, n: int = 3) -> str:
+    names = list(keys)
+    return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -206,6 +259,7 @@ def load_config(
     is translated by ``rlnb.run.config.nemo.translate`` (its overrides use NeMo-RL's keys); the keys
     rlnb ignores are refused, listed, unless ``ignore_unsupported``."""
     if isinstance(source, MasterConfig) and not overrides and preset is None:
+        source.check()  # it may have been edited field by field since it was built
         return source
     if isinstance(source, MasterConfig):
         data = source.model_dump(mode="json")
