@@ -156,7 +156,8 @@ LOOP_FIELDS = {
              "max_val_samples val_num_generations_per_prompt "
              "skip_reference_policy_logprobs_calculation seed async_grpo overlong_filtering "
              "use_dynamic_sampling dynamic_sampling_max_gen_batches batch_multiplier "
-             "reward_shaping reward_scaling seq_logprob_error_threshold adv_estimator"),
+             "reward_shaping reward_scaling seq_logprob_error_threshold adv_estimator "
+             "use_leave_one_out_baseline"),
     "ppo": ("num_prompts_per_step num_generations_per_prompt max_num_epochs max_num_steps "
             "max_rollout_turns val_period val_batch_size val_at_start val_at_end max_val_samples "
             "skip_reference_policy_logprobs_calculation seed overlong_filtering "
@@ -165,7 +166,7 @@ LOOP_FIELDS = {
             "seq_logprob_error_threshold"),
 }
 FIELDS_ELSEWHERE = {
-    "grpo": ("max_num_epochs normalize_rewards use_leave_one_out_baseline val_start_at "
+    "grpo": ("max_num_epochs normalize_rewards val_start_at "
              "val_batch_size stop_at_validation_metric stop_at_validation_threshold "
              "calculate_advantages_on_gpu invalid_tool_call_advantage "
              "malformed_thinking_advantage deduplicate_multimodal_data debug_payload_metrics"),

@@ -1,4 +1,4 @@
-"""NeMo-RL's configs as it ships them (issue 38): the keys its shipped files use beyond the
+"""NeMo-RL's configs as it ships them: the keys its shipped files use beyond the
 grpo_math_1B shape keep NeMo-RL's meaning (the Megatron optimizer, the two leave-one-out flags,
 the response budget, the scheduler's cadence, val_period -1, oc.env, DAPO's verifier, stop token
 ids, DPO), and the five loops the docs name train a few steps on a tiny model."""

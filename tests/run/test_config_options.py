@@ -54,6 +54,8 @@ OPTIONAL_VALUES = {
     "policy.max_grad_norm": 1e-3,
     "policy.generation.top_k": 3,
     "policy.generation.stop_strings": ["5"],
+    "policy.generation.stop_token_ids": [9],  # the tiny tokenizer's "5"
+    "grpo.use_leave_one_out_baseline": False,  # the loop's flag beside the estimator's True
     "loss_fn.ratio_clip_c": 3.0,
     "loss_fn.kl_input_clamp_value": 0.01,
     "loss_fn.kl_output_clamp_value": 1e-4,
@@ -143,6 +145,8 @@ WITH = {
     "grpo.reward_shaping.enabled": ["grpo.reward_shaping.stop_properly_penalty_coef=0.5"],
     "grpo.reward_scaling.enabled": ["grpo.reward_scaling.source_max=2"],
     "dpo.pairs.source": ["dpo.pairs.pool_prompts=8"],  # a small pool: seconds, not minutes
+    # NeMo-RL's budget: a response may fill the whole context (refused without the option)
+    "policy.generation.fill_context": ["policy.generation.max_new_tokens=24"],
 }
 # loss options whose effect needs a batch the policy has moved away from (one step of the tiny
 # model moves it by ~1e-5): their effect is asserted with hand-derived numbers on such batches
