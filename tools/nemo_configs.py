@@ -54,26 +54,22 @@ def loop_of(path: Path) -> str:
     return "none"
 
 
-def measure(path: Path, loop: str) -> tuple[bool, dict, dict]:
-    """(loaded, ignored {key: note}, refused {key: reason}) of one config."""
+def measure(path: Path, loop: str) -> tuple[bool, dict, dict, int]:
+    """(loaded, ignored {key: note}, refused {key: reason}, lines of the ignored listing)."""
     import rlnb
+    from rlnb.run.config.nemo.report import group_lines
     from rlnb.run.config.nemo.translate import translate_file
 
-    ignored, refused = translate_file(path, OVERRIDES.get(loop, []))
+    ignored, refused, roots = translate_file(path, OVERRIDES.get(loop, []))
     if refused:
-        return False, ignored, refused
+        return False, ignored, refused, 0
     try:
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             rlnb.load_config(path, OVERRIDES[loop], ignore_unsupported=True)
     except (ValueError, TypeError) as err:
-        return False, ignored, {"(config check)": str(err).splitlines()[0]}
-    return True, ignored, {}
-
-
-def section(key: str) -> str:
-    """The group an ignored key is counted under: its first two dotted parts."""
-    return ".".join(key.split(".")[:2])
+        return False, ignored, {"(config check)": " ".join(str(err).split())}, 0
+    return True, ignored, {}, len(group_lines(ignored, roots))
 
 
 def main(argv=None) -> int:
@@ -93,7 +89,7 @@ def main(argv=None) -> int:
         if path is None:
             print(f"nemo_configs: no {args.show} under {configs}", file=sys.stderr)
             return 2
-        ok, ignored, refused = measure(path, loop_of(path))
+        ok, ignored, refused, _ = measure(path, loop_of(path))
         for key, note in ignored.items():
             print(f"ignored  {key}: {note}")
         for key, why in refused.items():
@@ -104,36 +100,47 @@ def main(argv=None) -> int:
     for path in files:
         by_loop[loop_of(path)].append(path)
     loaded: collections.Counter = collections.Counter()
-    ignored_sections: collections.Counter = collections.Counter()
+    listing: list[int] = []  # lines of each loaded file's ignored listing
     reasons: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
     for loop in ("grpo", "ppo", "dpo"):
         for path in by_loop.get(loop, []):
-            ok, ignored, refused = measure(path, loop)
+            ok, ignored, refused, lines = measure(path, loop)
             loaded[loop] += ok
-            for group in {section(k) for k in ignored}:
-                ignored_sections[group] += 1
+            if ok:
+                listing.append(lines)
             for key, why in refused.items():
-                reasons[(key, why[:160])].append(path.relative_to(configs).as_posix())
-    total = sum(len(by_loop.get(k, [])) for k in ("grpo", "ppo", "dpo"))
-    print_report(by_loop, loaded, ignored_sections, reasons, total, markdown=args.markdown)
+                reasons[(key, why[:140])].append(path.relative_to(configs).as_posix())
+    print_report(by_loop, loaded, listing, reasons, markdown=args.markdown)
     return 0
 
 
-def print_report(by_loop, loaded, ignored_sections, reasons, total, *, markdown):
-    row = "| {} | {} | {} |" if markdown else "{:14s} {:>6} {:>6}"
-    print(row.format("loop", "files", "load"))
+def print_report(by_loop, loaded, listing, reasons, *, markdown):
+    rows = [(loop, len(by_loop.get(loop, [])), loaded[loop]) for loop in ("grpo", "ppo", "dpo")]
+    rows.append(("all three", sum(r[1] for r in rows), sum(r[2] for r in rows)))
+    others = {k: len(v) for k, v in sorted(by_loop.items()) if k not in ("grpo", "ppo", "dpo")}
+    refusals = sorted(reasons.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     if markdown:
-        print("|---|---|---|")
-    for loop in ("grpo", "ppo", "dpo"):
-        print(row.format(loop, len(by_loop.get(loop, [])), loaded[loop]))
-    print(row.format("all three", total, sum(loaded.values())))
-    others = {k: len(v) for k, v in by_loop.items() if k not in ("grpo", "ppo", "dpo")}
-    print(f"\nother files (one-line refusal or not a training config): {others}")
-    print("\nignored most often (files listing the section):")
-    for group, n in ignored_sections.most_common(12):
-        print(f"  {n:4d}  {group}")
+        print("| loop | files | load | share |\n|---|---|---|---|")
+        for loop, n, ok in rows:
+            print(f"| {loop} | {n} | {ok} | {100 * ok / max(n, 1):.1f}% |")
+        print(f"\nOther files: {', '.join(f'{k} {v}' for k, v in others.items())} (a loop "
+              "rlnb refuses in one line, or no loop section: the evals' and a recipe's parts).")
+        if listing:
+            print(f"A loaded file's list of ignored keys takes {min(listing)}-{max(listing)} "
+                  "lines, grouped by section.")
+        print("\n| files | refused key | why | e.g. |\n|---|---|---|---|")
+        for (key, why), where in refusals:
+            why = why.replace("|", "\\|")
+            print(f"| {len(where)} | `{key}` | {why} | `{where[0]}` |")
+        return
+    print(f"{'loop':12s} {'files':>6} {'load':>6}")
+    for loop, n, ok in rows:
+        print(f"{loop:12s} {n:6d} {ok:6d}")
+    print(f"\nother files: {others}")
+    if listing:
+        print(f"ignored keys listed in {min(listing)}-{max(listing)} lines per loaded file")
     print(f"\nrefusals ({len(reasons)} distinct):")
-    for (key, why), where in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+    for (key, why), where in refusals:
         print(f"  {len(where):4d}  {key}: {why}  (e.g. {where[0]})")
 
 

@@ -303,3 +303,23 @@ def test_the_ppo_shaped_config_with_a_megatron_critic_trains(assets, tmp_path):
     metrics, written = train(path, tmp_path, "ppo.max_num_steps=1", steps=1)
     assert written["value"]["optimizer"]["lr"] == 3e-4
     assert Path(path).exists()
+
+
+def test_the_measuring_script_counts_a_checkout(assets, tmp_path):
+    """tools/nemo_configs.py on a stand-in checkout: two GRPO files (one loads, one refused
+    for LoRA), a DPO file, an SFT file (a one-line refusal, not counted)."""
+    configs = tmp_path / "RL" / "examples" / "configs"
+    configs.mkdir(parents=True)
+    write_yaml(configs / "grpo_math_1B.yaml", grpo_shaped("tiny", assets["data"]))
+    lora = grpo_shaped("tiny", assets["data"])
+    lora["policy"]["dtensor_cfg"]["lora_cfg"]["enabled"] = True
+    write_yaml(configs / "grpo_lora.yaml", lora)
+    write_yaml(configs / "dpo.yaml", dpo_shaped("tiny", assets["pairs"]))
+    (configs / "sft.yaml").write_text("sft: {max_num_steps: 1}\npolicy: {model_name: m}\n")
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "nemo_configs.py"),
+                          str(tmp_path / "RL"), "--markdown"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "| grpo | 2 | 1 | 50.0% |" in out.stdout and "| dpo | 1 | 1 | 100.0% |" in out.stdout
+    assert "| 1 | `policy.dtensor_cfg.lora_cfg.enabled` |" in out.stdout
+    assert "sft 1" in out.stdout

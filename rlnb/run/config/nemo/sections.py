@@ -116,10 +116,15 @@ def model_section(r: Report, owner: str, policy: dict | None = None) -> dict:
         if r.has(f"{owner}.{key}"):
             cfg[key] = r.take(f"{owner}.{key}")
     model = name if policy is None else policy.get("model_name")
+    r.neutral(f"{owner}.is_vlm", (False, None), "a vision-language policy: rlnb trains causal "
+              "language models on text")
     if model == "tiny":  # what the named model's config or chat template would have taken
-        for key in ("hf_config_overrides", "tokenizer.chat_template_kwargs"):
+        for key in ("hf_config_overrides", "tokenizer.chat_template_kwargs",
+                    "tokenizer.chat_template"):
             r.ignore(f"{owner}.{key}", note="settings of the named model's config and chat "
                      "template: the embedded tiny model has its own and no template")
+    r.neutral(f"{owner}.tokenizer.chat_template", (None, "default"),
+              "rlnb applies the tokenizer's own chat template")
     r.neutral(f"{owner}.tokenizer.chat_template_kwargs", (None, {}),
               "rlnb applies the tokenizer's chat template without extra arguments")
     r.neutral(f"{owner}.hf_config_overrides", ({}, None), "rlnb loads the model's own config")

@@ -123,14 +123,14 @@ def resolved(source: str | Path | Mapping, overrides=()) -> dict:
     return data
 
 
-def translate_file(path: str | Path, overrides=()) -> tuple[dict[str, str], dict[str, str]]:
-    """``(ignored, refused)`` of one NeMo-RL YAML, without raising for a refusal (a file the
-    reader cannot resolve is one refusal, ``(reader)``): for tools/nemo_configs.py."""
+def translate_file(path: str | Path, overrides=()) -> tuple[dict, dict, dict]:
+    """``(ignored, refused, roots)`` of one NeMo-RL YAML, without raising for a refusal (a file
+    the reader cannot resolve is one refusal, ``(reader)``): for tools/nemo_configs.py."""
     try:
         result = translate(resolved(path, overrides))
     except ValueError as err:
-        return {}, {"(reader)": str(err).splitlines()[0]}
-    return result.ignored, result.refused
+        return {}, {"(reader)": str(err).splitlines()[0]}, {}
+    return result.ignored, result.refused, result.roots
 
 
 def translate(nemo: dict) -> Translation:
