@@ -5,9 +5,11 @@
                               ignore_unsupported=True)
 
 Every leaf key of the NeMo-RL config lands in exactly one of three groups:
-- used with NeMo-RL's meaning: the loop (``grpo`` or ``ppo``), ``loss_fn``, ``value_loss_fn``,
-  the policy's and critic's sizes, optimizer, LR warm-up and sampling, the math data set,
-  checkpointing and loggers. Keys that are off (``lora_cfg.enabled: false``, a disabled
+- used with NeMo-RL's meaning: the loop (``grpo``, ``ppo`` or ``dpo``), ``loss_fn``,
+  ``value_loss_fn``, the policy's and critic's sizes, the optimizer NeMo-RL builds (the DTensor
+  one, or Megatron's under ``megatron_cfg.enabled``), its warm-up ticked once per step, the
+  response budget (what the prompt leaves: ``fill_context``), sampling, the math data set and
+  verifier, DPO's pairs, checkpointing and loggers. Keys that are off (``lora_cfg.enabled: false``, a disabled
   ``reward_shaping`` with its parameters, ``invalid_tool_call_advantage: null``, ...) count here:
   rlnb does the same;
 - ignored, listed: what does not change the numbers (cluster, parallelism, DTensor/Megatron and
@@ -17,7 +19,8 @@ Every leaf key of the NeMo-RL config lands in exactly one of three groups:
   (``rlnb train --ignore-unsupported``), so nothing is dropped without the user seeing it;
 - refused, named with a reason: keys that would change the algorithm and rlnb does not
   implement (LoRA, NeMo-Gym penalties, another verifier, a scheduler rlnb cannot reproduce,
-  ...), NeMo-RL's other loops (DPO, SFT, distillation) and keys this reader does not know.
+  ...), NeMo-RL's other loops (SFT, distillation, reward models) and keys this reader does not
+  map; all of a file's refusals in one message.
 
 NeMo-RL's meaning also where rlnb's defaults differ: the loop's keys absent from the file take
 NeMo-RL's defaults (``val_at_start`` false, ``seed`` 42, ...), and there is no warm start
