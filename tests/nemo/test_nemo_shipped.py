@@ -323,3 +323,15 @@ def test_the_measuring_script_counts_a_checkout(assets, tmp_path):
     assert "| grpo | 2 | 1 | 50.0% |" in out.stdout and "| dpo | 1 | 1 | 100.0% |" in out.stdout
     assert "| 1 | `policy.dtensor_cfg.lora_cfg.enabled` |" in out.stdout
     assert "sft 1" in out.stdout
+
+
+def test_every_refusal_of_a_file_comes_in_one_message(assets):
+    """The reader's refusals and rlnb's own checks of the rest, together: one run, one list."""
+    cfg = grpo_shaped(assets["model"], assets["data"])
+    cfg["loss_fn"]["ratio_clip_min"] = 1.0  # rlnb's own rule: the lower clip would never bind
+    cfg["policy"]["generation"]["bad_words"] = ["x"]  # the reader's refusal
+    with pytest.raises(ValueError) as err:
+        load(assets, cfg, "two.yaml")
+    text = str(err.value)
+    assert "policy.generation.bad_words: ['x']" in text
+    assert "loss_fn: ratio_clip_min must be < 1" in text

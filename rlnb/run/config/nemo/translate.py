@@ -101,8 +101,8 @@ def load_nemo_config(source: str | Path | Mapping, overrides=(), *,
     ``ignore_unsupported``) listing the ignored ones."""
     name = Path(source).name if isinstance(source, (str, Path)) else "(dict)"
     result = translate(resolved(source, overrides))
-    if result.refused:
-        raise ValueError(refusal_message(name, result.refused))
+    if result.refused:  # with what rlnb's own checks say of the rest: one round of refusals
+        raise ValueError(refusal_message(name, result.refused) + config_check(result))
     if result.ignored and not ignore_unsupported:
         raise ValueError(ignored_message(name, result))
     return result.config
@@ -198,6 +198,25 @@ def _translate_dpo(r: Report, nemo: dict) -> Translation:
                   "ask for it to be mapped")
     config = merge(out, nemo.get("rlnb") or {})
     return Translation(config, ignored=r.ignored, roots=r.roots, refused=r.refused)
+
+
+def config_check(result: Translation) -> str:
+    """rlnb's own verdict on the translated keys of a refused file ('' when they pass, or when
+    too little was translated to check), so one message holds every refusal."""
+    if not result.config.get("algorithm"):
+        return ""
+    from rlnb.config import parse_config
+    from rlnb.run.config.master_config import MasterConfig
+
+    refused_roots = {key.split(".")[0] for key in result.refused}
+    config = {k: v for k, v in result.config.items() if k not in refused_roots or k == "algorithm"}
+    try:
+        parse_config(MasterConfig, config, "")
+    except ValueError as err:
+        return "\nand rlnb's own checks of the translated keys: " + str(err)
+    except Exception:  # a check that needs a refused section: the refusal above says enough
+        return ""
+    return ""
 
 
 def refusal_message(name: str, refused: Mapping[str, str], limit: int = 25) -> str:
