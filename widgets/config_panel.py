@@ -33,8 +33,12 @@ FIELDS = {
 
 
 def get_dotted(config, key: str):
+    """The value a control shows: NeMo-RL's top-level names read where their override sets them
+    (``grpo.use_leave_one_out_baseline`` -> the estimator's flag, ``OVERRIDE_ALIASES``)."""
+    from rlnb.engine.trainers.loop_config import OVERRIDE_ALIASES
+
     value = config
-    for part in key.split("."):
+    for part in OVERRIDE_ALIASES.get(key, key).split("."):
         value = getattr(value, part)
     return value
 

@@ -167,6 +167,12 @@ EXEMPT = {
     "rlnb.run.config.master_config": "MasterConfig.loop_config: which section is the loop's "
                                      "(the sections' values are in the key)",
     "rlnb.algorithms.policy_loss": "the RL loss the trainer builds; the warm start never calls it",
+    # the trainer re-checks its config's cross-field rules before use (rlnb.config.Config.check):
+    # these modules' rules run, none of their code touches the weights
+    "rlnb.algorithms.estimators": "config validation (the estimator's name is looked up)",
+    "rlnb.algorithms.policy_loss_config": "config validation (loss_fn's rules)",
+    "rlnb.algorithms.rewards": "config validation (reward scaling and shaping rules)",
+    "rlnb.engine.trainers.collector": "config validation (async_grpo's rules)",
 }
 
 

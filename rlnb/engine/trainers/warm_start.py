@@ -71,15 +71,20 @@ def warm_start_key(trainer, cfg: SFTConfig) -> str:
     same key and the same ``build_stamp`` start GRPO from the same weights."""
     config, loop = trainer.config, trainer.loop_config
     turns = getattr(loop, "max_rollout_turns", 1)
+    policy = config.policy.model_dump(mode="json", exclude={
+        "optimizer", "train_global_batch_size", "train_micro_batch_size",
+        "logprob_batch_size", "max_grad_norm", "lora",
+        *(() if config.policy.compile.enabled else ("compile",))})
+    for key, off in (("fill_context", False), ("stop_token_ids", None)):
+        if policy["generation"].get(key) == off:  # off, as before the option: caches stay valid
+            del policy["generation"][key]
     parts = [
         # the RL loop's optimizer and batch sizes never touch the warm start
         # nor do LoRA adapters: the warm start trains the base with them off (lora.py)
         # policy.compile counts only when on (its decode step samples the probe): off, the key
         # is the one a run had before the option existed, so those caches stay valid
-        config.policy.model_dump(mode="json", exclude={
-            "optimizer", "train_global_batch_size", "train_micro_batch_size",
-            "logprob_batch_size", "max_grad_norm", "lora",
-            *(() if config.policy.compile.enabled else ("compile",))}),
+        # as are the sampling options added since (fill_context, stop_token_ids) while off
+        policy,
         config.data, cfg.model_copy(update={"cache": True}), loop.seed,
         trainer.policy.device.type,  # CPU and GPU kernels round differently
         # probe accuracy goes through the environment only in multi-turn rollouts

@@ -274,7 +274,8 @@ def load_config(
                          f"{type(source).__name__}")
     if not isinstance(source, MasterConfig) and is_nemo_config(data):
         data = load_nemo_config(data if isinstance(source, Mapping) else source, overrides,
-                                ignore_unsupported=ignore_unsupported)
+                                ignore_unsupported=ignore_unsupported,
+                                check=lambda rest: parse_config(MasterConfig, rest, ""))
         overrides = ()
     folder = Path(source).parent if isinstance(source, (str, Path)) else None
     # a plug-in's loop is registered before the preset looks up its section

@@ -95,14 +95,15 @@ def is_nemo_config(data: Mapping) -> bool:
 
 
 def load_nemo_config(source: str | Path | Mapping, overrides=(), *,
-                     ignore_unsupported: bool = False) -> dict:
+                     ignore_unsupported: bool = False, check=None) -> dict:
     """rlnb's config data (for ``MasterConfig``) from a NeMo-RL YAML path or dict, with NeMo-RL
-    overrides. Raises ``ValueError`` naming every refused key, or (unless
+    overrides. Raises ``ValueError`` naming every refused key, with what ``check`` (rlnb's own
+    validation of config data, raising ``ValueError``) says of the rest, or (unless
     ``ignore_unsupported``) listing the ignored ones."""
     name = Path(source).name if isinstance(source, (str, Path)) else "(dict)"
     result = translate(resolved(source, overrides))
     if result.refused:  # with what rlnb's own checks say of the rest: one round of refusals
-        raise ValueError(refusal_message(name, result.refused) + config_check(result))
+        raise ValueError(refusal_message(name, result.refused) + config_check(result, check))
     if result.ignored and not ignore_unsupported:
         raise ValueError(ignored_message(name, result))
     return result.config
@@ -200,18 +201,15 @@ def _translate_dpo(r: Report, nemo: dict) -> Translation:
     return Translation(config, ignored=r.ignored, roots=r.roots, refused=r.refused)
 
 
-def config_check(result: Translation) -> str:
-    """rlnb's own verdict on the translated keys of a refused file ('' when they pass, or when
-    too little was translated to check), so one message holds every refusal."""
-    if not result.config.get("algorithm"):
+def config_check(result: Translation, check) -> str:
+    """rlnb's own verdict (``check``) on the translated keys of a refused file ('' when they
+    pass, or when too little was translated to check), so one message holds every refusal."""
+    if check is None or not result.config.get("algorithm"):
         return ""
-    from rlnb.config import parse_config
-    from rlnb.run.config.master_config import MasterConfig
-
     refused_roots = {key.split(".")[0] for key in result.refused}
     config = {k: v for k, v in result.config.items() if k not in refused_roots or k == "algorithm"}
     try:
-        parse_config(MasterConfig, config, "")
+        check(config)
     except ValueError as err:
         return "\nand rlnb's own checks of the translated keys: " + str(err)
     except Exception:  # a check that needs a refused section: the refusal above says enough
