@@ -47,7 +47,9 @@ from typing import Any, NamedTuple, TypedDict
 from rlnb.algorithms.rewards import RewardScalingConfig
 from rlnb.engine.trainers.collector import AsyncLoopConfig as AsyncGRPOConfig
 from rlnb.engine.trainers.grpo import GRPOConfig
-from rlnb.engine.trainers.grpo import GRPOEstimatorConfig as AdvEstimatorConfig  # what the field takes
+from rlnb.engine.trainers.grpo import (
+    GRPOEstimatorConfig as AdvEstimatorConfig,  # what the field takes
+)
 from rlnb.engine.trainers.loops import should_use_async_rollouts
 from rlnb.nemo import advantage_estimator, batch_stages
 from rlnb.nemo.reward_functions import config_value

@@ -6,16 +6,16 @@ ids, DPO), and the five loops the docs name train a few steps on a tiny model.""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from nemo_shaped_configs import (
+from nemo_shaped_configs import (  # noqa: F401 (offline: an autouse fixture)
     dpo_shaped,
     gdpo_shaped,
     grpo_shaped,
     math_jsonl,
     megatron,
+    offline,
     pairs_jsonl,
     ppo_shaped,
     prorl_shaped,
@@ -30,12 +30,6 @@ from rlnb.engine.models.backend import Generations, response_mask_and_truncation
 from rlnb.engine.models.context_budget import capped_to_context
 from rlnb.run.config.master_config import read_yaml
 from rlnb.run.config.nemo.reader import resolve_interpolations
-
-
-@pytest.fixture(autouse=True)
-def offline(tmp_path, monkeypatch):
-    monkeypatch.setenv("RLNB_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +48,30 @@ def load(assets, cfg, name="c.yaml", overrides=()):
 
 
 def test_the_megatron_back_end_trains_with_its_own_optimizer_and_schedule(assets):
-    c = load(assets, megatron(grpo_shaped(assets["model"], assets["data"])))
+    cfg = megatron(grpo_shaped(assets["model"], assets["data"]))
+    cfg["policy"]["train_global_batch_size"] = 4  # two optimizer steps per step of 8 rows
+    c = load(assets, cfg)
     o = c.policy.optimizer
     # Megatron's adam is AdamW; its betas and eps are adam_beta1/2 and adam_eps
     assert (o.lr, o.weight_decay, o.betas, o.eps) == (1e-3, 0.1, (0.9, 0.98), 1e-5)
     # lr_warmup_init 1e-4 -> lr 1e-3 over lr_warmup_iters 2: start factor 1e-4 / 1e-3
     assert (o.warmup_steps, o.warmup_start_factor) == (2, pytest.approx(0.1))
-    assert o.warmup_counts == "training_steps"
+    assert o.warmup_counts == "training_steps"  # NeMo-RL ticks once per train() call
     assert c.policy.max_grad_norm == 0.5  # megatron_cfg.optimizer.clip_grad, not policy's 1.0
+
+
+def test_warmup_counts_is_refused_where_it_would_change_nothing():
+    """One global batch per step: one optimizer step per step, both cadences the same."""
+    base = ["sft.enabled=false", "policy.optimizer.warmup_steps=4",
+            "policy.optimizer.warmup_counts=training_steps", "grpo.num_prompts_per_step=4",
+            "grpo.num_generations_per_prompt=4"]
+    with pytest.raises(ValueError, match=r"warmup_counts=training_steps changes nothing here: "
+                                         r"policy\.train_global_batch_size=16 holds all 16 rows"):
+        rlnb.load_config(None, [*base, "policy.train_global_batch_size=16",
+                                "policy.train_micro_batch_size=16"])
+    c = rlnb.load_config(None, [*base, "policy.train_global_batch_size=8",
+                                "policy.train_micro_batch_size=8"])
+    assert c.policy.optimizer.warmup_counts == "training_steps"
 
 
 def test_megatron_weight_decay_is_its_constant_end_value(assets):
@@ -100,10 +110,11 @@ def test_the_trainer_reads_the_loops_flag_for_its_std(assets):
         "grpo": {**c.grpo.model_dump(mode="json"), "use_leave_one_out_baseline": True}})
     trainer = rlnb.GRPOTrainer(c)
     batch = trainer.rollout()
+    batch.rewards = torch.tensor([1.0, 0.0, 0.0, 0.0]).repeat(4)  # one right answer per group
     adv = trainer.compute_advantages(batch)
-    _, loo_std = rlnb.calculate_baseline_and_std_per_prompt(batch.prompt_ids, adv.rewards,
-                                                            leave_one_out=True)
-    assert torch.equal(adv.std, loo_std)  # the loop's flag, not the estimator's (False)
+    # the right answer's others all agree: std 0 with leave-one-out, 0.5 without
+    assert adv.std.view(4, 4)[:, 0].tolist() == [0.0] * 4  # the loop's flag (True)
+    assert adv.std.view(4, 4)[:, 1].tolist() == pytest.approx([0.5774] * 4, abs=1e-4)
 
 
 def test_val_period_minus_one_turns_validation_off(assets):
@@ -195,7 +206,7 @@ def test_dapo_math_verify_scores_with_dapos_verifier(assets, tmp_path):
     cfg = grpo_shaped(assets["model"], assets["data"])
     cfg["env"]["math"]["math_verify_impl"] = "dapo_math_verify"
     c = load(assets, cfg)
-    assert c.data.model_extra.get("verifier", getattr(c.data, "verifier", None)) == "dapo"
+    assert c.data.verifier == "dapo"  # the math task's setting
     from rlnb.engine.environments.math_task import MathTask
 
     task = MathTask(assets["data"], prompt_key="problem", answer_key="expected_answer",
@@ -297,12 +308,12 @@ def test_the_documented_command_trains(assets, tmp_path):
 def test_the_ppo_shaped_config_with_a_megatron_critic_trains(assets, tmp_path):
     cfg = ppo_shaped(assets["model"], assets["data"])
     cfg["value"]["megatron_cfg"] = {"enabled": True, "optimizer": {
-        "optimizer": "adam", "lr": 3e-4, "weight_decay": 0.0, "clip_grad": 1.0}}
-    cfg["value"]["optimizer"] = None
+        "optimizer": "adam", "lr": 7e-4, "weight_decay": 0.0, "clip_grad": 0.3}}
+    cfg["value"]["optimizer"] = None  # (its DTensor twin in ppo_shaped has lr 3e-4)
     path = write_yaml(tmp_path / "ppo_math_1B_megatron.yaml", cfg)
     metrics, written = train(path, tmp_path, "ppo.max_num_steps=1", steps=1)
-    assert written["value"]["optimizer"]["lr"] == 3e-4
-    assert Path(path).exists()
+    assert written["value"]["optimizer"]["lr"] == 7e-4
+    assert written["value"]["max_grad_norm"] == 0.3
 
 
 def test_the_measuring_script_counts_a_checkout(assets, tmp_path):

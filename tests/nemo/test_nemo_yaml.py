@@ -8,7 +8,14 @@ import sys
 
 import pytest
 import torch
-from nemo_shaped_configs import grpo_shaped, math_jsonl, ppo_shaped, tiny_model, write_yaml
+from nemo_shaped_configs import (  # noqa: F401 (offline: an autouse fixture)
+    grpo_shaped,
+    math_jsonl,
+    offline,
+    ppo_shaped,
+    tiny_model,
+    write_yaml,
+)
 
 import rlnb
 from rlnb.cli import main
@@ -16,12 +23,6 @@ from rlnb.engine.models.policy import OptimizerConfig
 from rlnb.run.config.master_config import default_config_path, packaged_config, read_yaml
 from rlnb.run.config.nemo.reader import read_nemo_yaml, resolve_interpolations
 from rlnb.run.config.nemo.translate import is_nemo_config, translate
-
-
-@pytest.fixture(autouse=True)
-def offline(tmp_path, monkeypatch):
-    monkeypatch.setenv("RLNB_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +138,8 @@ def test_grpo_shaped_config_keeps_nemo_rl_meaning(assets):
     o = c.policy.optimizer
     assert (o.lr, o.weight_decay, o.betas, o.eps) == (5e-4, 0.01, (0.9, 0.999), 1e-8)
     assert (o.warmup_steps, o.warmup_start_factor) == (2, 0.1)  # LinearLR(0.1 -> 1, 2 steps)
-    assert o.warmup_counts == "training_steps"  # NeMo-RL ticks it once per train() call
+    # one global batch per step (8 rows of 8): NeMo-RL's cadence and rlnb's are the same
+    assert o.warmup_counts == "optimizer_steps"
     # ${policy.max_total_sequence_length}: each response fills what its own prompt leaves
     assert c.policy.generation.max_new_tokens == 24 and c.policy.generation.fill_context
     assert c.policy.generation.backend == "hf"

@@ -4,7 +4,15 @@ model with a chat template, and a local math jsonl."""
 
 import json
 
+import pytest
 import yaml
+
+
+@pytest.fixture(autouse=True)
+def offline(tmp_path, monkeypatch):
+    """No hub, and a warm-start cache of the test's own (imported by the NeMo-RL test files)."""
+    monkeypatch.setenv("RLNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 # a chat template the character tokenizer can apply: the user's text, then the answer
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}="

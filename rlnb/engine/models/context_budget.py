@@ -18,6 +18,8 @@ from dataclasses import replace
 import torch
 
 from rlnb.engine.models.backend import Generations, tokenize_prompts
+
+
 def generate_to_context(generator, prompts: list[str], tokenizer, max_prompt_length: int,
                         max_total_length: int, max_new_tokens: int) -> Generations:
     """NeMo-RL's budget (``fill_context``): a response may fill what its own prompt leaves of

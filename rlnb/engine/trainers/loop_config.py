@@ -155,10 +155,34 @@ def logprob_source(loop: LoopConfig) -> str:
             "(reuse_generation_logprobs=false)")
 
 
+def rows_per_step(loop) -> int:
+    """The most rows a step trains on: P x G, or DPO's pairs (two rows each)."""
+    if isinstance(loop, LoopConfig):
+        return loop.num_prompts_per_step * loop.num_generations_per_prompt
+    per_prompt = 1 if loop.pairs.source == "dataset" else loop.pairs.pairs_per_prompt
+    return 2 * loop.num_prompts_per_step * per_prompt
+
+
+def check_warmup_cadence(config, loop) -> None:
+    """``warmup_counts: training_steps`` acts only when a step holds several global batches
+    (several optimizer steps); with one it would change nothing, so it is refused."""
+    rows = rows_per_step(loop)
+    for owner in ("policy", "value"):
+        section = getattr(config, owner, None)
+        if section is None or section.optimizer.warmup_counts != "training_steps":
+            continue
+        if section.train_global_batch_size >= rows:
+            raise ValueError(
+                f"{owner}.optimizer.warmup_counts=training_steps changes nothing here: "
+                f"{owner}.train_global_batch_size={section.train_global_batch_size} holds all "
+                f"{rows} rows of a step, so each step is one optimizer step (remove it)")
+
+
 def check_loop_rules(config) -> None:
     """The rules between the loop section and the other sections (choice 2); a ``ValueError``
     naming the keys. Also decides ``reuse_generation_logprobs`` (choice 3)."""
     loop, loss = loop_section_of(config), config.loss_fn
+    check_warmup_cadence(config, loop)
     if not isinstance(loop, LoopConfig):  # DPO's section states its own rules (dpo_config.py)
         loop.check_rules(config)
         return

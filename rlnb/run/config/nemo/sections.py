@@ -264,10 +264,18 @@ def _warmup(schedule: Any, where: str) -> tuple[int, float] | None:
 
 def schedule_cadence(r: Report, out: dict, loop: str) -> None:
     """NeMo-RL's workers tick the LR schedule once per ``train()`` call (a step's pass over its
-    batch, however many global batches it holds): ``warmup_counts: training_steps``."""
+    batch, however many global batches it holds): ``warmup_counts: training_steps`` where a step
+    holds several global batches (with one, both cadences are the same)."""
+    prompts, group = (out[loop].get(k) for k in ("num_prompts_per_step",
+                                                  "num_generations_per_prompt"))
+    if loop == "dpo":  # pairs of a data set, two rows each
+        prompts, group = prompts, 2
+    if not (is_count(prompts) and is_count(group)):
+        return  # not numbers: the config's own check names the key and its type
     for owner in ("policy", "value"):
-        opt = (out.get(owner) or {}).get("optimizer") or {}
-        if opt.get("warmup_steps"):
+        section = out.get(owner) or {}
+        opt, gbs = section.get("optimizer") or {}, section.get("train_global_batch_size")
+        if opt.get("warmup_steps") and is_count(gbs) and gbs < prompts * group:
             opt["warmup_counts"] = "training_steps"
 
 

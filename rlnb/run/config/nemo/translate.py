@@ -9,8 +9,9 @@ Every leaf key of the NeMo-RL config lands in exactly one of three groups:
   ``value_loss_fn``, the policy's and critic's sizes, the optimizer NeMo-RL builds (the DTensor
   one, or Megatron's under ``megatron_cfg.enabled``), its warm-up ticked once per step, the
   response budget (what the prompt leaves: ``fill_context``), sampling, the math data set and
-  verifier, DPO's pairs, checkpointing and loggers. Keys that are off (``lora_cfg.enabled: false``, a disabled
-  ``reward_shaping`` with its parameters, ``invalid_tool_call_advantage: null``, ...) count here:
+  verifier, DPO's pairs, checkpointing and loggers. Keys that are off
+  (``lora_cfg.enabled: false``, a disabled ``reward_shaping`` with its parameters,
+  ``invalid_tool_call_advantage: null``, ...) count here:
   rlnb does the same;
 - ignored, listed: what does not change the numbers (cluster, parallelism, DTensor/Megatron and
   vLLM settings, packing, ports, logging back ends, checkpoint formats) and a few settings rlnb
