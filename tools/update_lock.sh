@@ -15,10 +15,10 @@ trap 'rm -rf "$tmp"' EXIT
 quiet() { grep -v "^WARNING: Location '.*' is ignored: it is neither a file nor a directory" || true; }
 "$PYTHON" -m venv "$tmp/venv"
 "$tmp/venv/bin/python" -m pip install -q --disable-pip-version-check \
-    -c constraints.txt -e ".[notebook,dev,ray]" 2>&1 | quiet
+    -c constraints.txt -e ".[notebook,dev,ray,envs]" 2>&1 | quiet
 {
     echo "# The exact versions rlnb's tests and README figures were measured with: every package a"
-    echo "# fresh install of rlnb[notebook,dev,ray] resolved on $(date -u +%F) with"
+    echo "# fresh install of rlnb[notebook,dev,ray,envs] resolved on $(date -u +%F) with"
     echo "# $("$tmp/venv/bin/python" --version) on $(uname -m) Linux. Made by tools/update_lock.sh;"
     echo "# use it as a constraints file: pip install -c requirements-lock.txt -e \".[notebook]\""
     "$tmp/venv/bin/python" -m pip freeze --exclude-editable --disable-pip-version-check 2>&1 |

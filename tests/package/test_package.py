@@ -157,7 +157,7 @@ def test_this_environment_is_the_lock():
     drift = {n: (installed[n], v) for n, v in lock.items() if n in installed and installed[n] != v}
     assert not drift, (
         f"installed versions differ from requirements-lock.txt (installed, locked): {drift}; "
-        "reinstall with pip install -c requirements-lock.txt -e '.[notebook,dev,ray]'")
+        "reinstall with pip install -c requirements-lock.txt -e '.[notebook,dev,ray,envs]'")
 
 
 def test_environment_yml_matches_pyproject_and_constraints():

@@ -73,6 +73,9 @@ OPTIONAL_VALUES = {
     "data.prompt_key": "q",
     "data.val_fraction": 0.5,
     "data.correct_reward": "exact",  # refused when the task is built: no reward functions
+    "data.env_id": "my-env",  # refused: the default task (addition) is not verifiers
+    "data.env_args": "{size: 3}",
+    "data.max_rows": 10,
     "reward_funcs.name": "fmt",
     "logger.log_dir": "logs",
     "cluster.num_processes": 1,

@@ -19,6 +19,8 @@ PLOTLY_JSON = "application/vnd.plotly.v1+json"
 # A hang guard per cell, not a timing check: a fast run takes well under a minute in all.
 CELL_TIMEOUT_S = 300
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# notebooks of an optional extra (pip install -e ".[envs]"): what they import from it
+NEEDS = {"10_tasks_from_the_field": ("reasoning_gym", "verifiers")}
 
 
 def read(path: Path):
@@ -110,6 +112,8 @@ def test_title_kernelspec_and_one_parameters_cell_of_flat_literals(path):
 def executed(request, tmp_path_factory):
     """The notebook executed by papermill with fast=True, and the error papermill raised, if any."""
     path = request.param
+    for module in NEEDS.get(path.stem, ()):  # an optional extra's notebook: skipped without it
+        pytest.importorskip(module)
     tmp = tmp_path_factory.mktemp(path.stem)
     output = tmp / path.name
     error = None

@@ -43,9 +43,14 @@ def user_funcs(config, reward_funcs=None, reward_weights=None):
 
 
 def with_user_data(config, *, reward_funcs=None, reward_weights=None, train_dataset=None,
-                   eval_dataset=None):
+                   eval_dataset=None, environment=None):
     """``config`` with what Python hands over recorded in it (choice 2): a validated copy, or
     ``config`` itself when nothing is handed over."""
+    if environment is not None:
+        if train_dataset is not None or eval_dataset is not None or reward_funcs is not None:
+            raise ValueError("environment= brings its own prompts and rewards: give it alone, "
+                             "without train_dataset=, eval_dataset= or reward_funcs=")
+        return _with_environment(config, environment)
     if reward_funcs is None and train_dataset is None and eval_dataset is None:
         if reward_weights is not None:
             user_funcs(config, None, reward_weights)  # raises
@@ -71,12 +76,34 @@ def with_user_data(config, *, reward_funcs=None, reward_weights=None, train_data
     return config
 
 
+def _with_environment(config, environment):
+    """``config`` recording a verifiers environment handed over in Python: ``data.name:
+    verifiers`` with its id (None when it has none: the same object is handed over again)."""
+    from rlnb.engine.environments.verifiers_task import taskset_of
+
+    taskset = taskset_of(environment)
+    config = config.model_copy(deep=True)
+    values = config.data.model_dump()
+    keep = {"num_val", "seed", "max_rows", "correct_reward", "correct_threshold"}
+    kept = {k: values[k] for k in keep if k in values}
+    try:
+        config.data = TaskConfig(name="verifiers", env_id=getattr(taskset.config, "id", "") or
+                                 None, **kept)
+    except ValidationError as err:
+        raise ValueError(format_validation_error(err, type(config), "")) from None
+    config.check()
+    return config
+
+
 def build_run_task(config, tokenizer=None, *, reward_funcs=None, reward_weights=None,
-                   train_dataset=None, eval_dataset=None) -> Task:
+                   train_dataset=None, eval_dataset=None, environment=None) -> Task:
     """The task of a run (choices 1 and 3): its rows, scored by its reward functions if any."""
     config = with_user_data(config, reward_funcs=reward_funcs, reward_weights=reward_weights,
-                            train_dataset=train_dataset, eval_dataset=eval_dataset)
+                            train_dataset=train_dataset, eval_dataset=eval_dataset,
+                            environment=environment)
     data = config.data
+    if data.name == "verifiers":
+        return _verifiers_task(config, tokenizer, environment)
     funcs = user_funcs(config, reward_funcs, reward_weights)
     if train_dataset is not None:
         settings = {k: v for k, v in task_arguments(data).items() if k != "path"}
@@ -91,6 +118,11 @@ def build_run_task(config, tokenizer=None, *, reward_funcs=None, reward_weights=
         if data.correct_reward is not None:
             raise ValueError(f"data.correct_reward={data.correct_reward!r} names a reward "
                              "function, but the run has none (reward_funcs)")
+        if getattr(rows, "chat", False) and getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError(f"data.name={data.name}: its prompts are chat messages, but the "
+                             f"tokenizer ({type(tokenizer).__name__}) has no chat template: "
+                             "give prompts as text (reasoning_gym: data.system_prompt=null), or "
+                             "a model whose tokenizer has one")
         return rows
     loop = loop_section_of(config)
     if getattr(loop, "max_rollout_turns", 1) > 1:
@@ -102,6 +134,39 @@ def build_run_task(config, tokenizer=None, *, reward_funcs=None, reward_weights=
         raise ValueError(f"the data's prompts are chat messages, but the tokenizer "
                          f"({type(tokenizer).__name__}) has no chat template: give prompts as "
                          "text, or a model whose tokenizer has one")
+    return task
+
+
+def _verifiers_task(config, tokenizer, environment):
+    """A verifiers environment's task (``verifiers_task.py``), single-turn, with the run's notion
+    of correct; one handed over in Python, or the installed one ``data.env_id`` names."""
+    from rlnb.engine.environments.verifiers_task import VerifiersTask
+
+    data = config.data
+    settings = task_arguments(data)
+    if getattr(config, "reward_funcs", None):
+        raise ValueError("reward_funcs with data.name: verifiers: the environment's rubric "
+                         "scores the completions; drop one of them")
+    loop = loop_section_of(config)
+    if loop is not None and getattr(loop, "max_rollout_turns", 1) > 1:
+        raise ValueError(f"data.name: verifiers runs single-turn environments, but "
+                         f"{loop.section}.max_rollout_turns={loop.max_rollout_turns}: set it to 1")
+    if environment is not None:
+        task = VerifiersTask.from_taskset(environment, max_rows=settings["max_rows"],
+                                          num_val=settings["num_val"], seed=settings["seed"])
+    else:
+        task = VerifiersTask(**settings)
+    names = task.reward_names
+    if data.correct_reward is not None:
+        if data.correct_reward not in (*names, "total"):
+            raise ValueError(f"data.correct_reward={data.correct_reward!r} is not a reward of "
+                             f"verifiers environment {task.env_id!r} ({names}) nor 'total'")
+        task.correct_reward, task.correct_threshold = data.correct_reward, data.correct_threshold
+        task.defines_correct = True
+    if task.chat and getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError(f"verifiers environment {task.env_id!r} gives chat messages (a system "
+                         f"prompt, or messages), but the tokenizer ({type(tokenizer).__name__}) "
+                         "has no chat template: use a model whose tokenizer has one")
     return task
 
 

@@ -8,7 +8,9 @@ default, ``generated.py``), ``reverse`` (``"rev abc="`` -> ``"cba"``, ``reverse.
 ``addition_think`` (addition whose answer may follow any number of ``"."`` filler characters,
 for Dr. GRPO's length-bias study, ``addition_think.py``), ``math`` (GSM8K-style rows from a hub
 data set or a local file, scored with ``math_verify``, ``math_task.py``) and ``dataset`` (a user's
-rows in TRL's format, scored by the run's ``reward_funcs``, ``user_data.py``). ``register_task``
+rows in TRL's format, scored by the run's ``reward_funcs``, ``user_data.py``), ``reasoning_gym``
+(reasoning-gym's procedural data sets, ``reasoning_gym_task.py``) and ``verifiers`` (a verifiers
+environment, ``verifiers_task.py``); the last two need the ``envs`` extra. ``register_task``
 adds one of a user's. A prompt is text, or chat messages that go through the tokenizer's own chat
 template.
 
@@ -50,8 +52,10 @@ from rlnb.engine.environments.base import Task
 from rlnb.engine.environments.generated import AdditionTask
 from rlnb.engine.environments.math_task import MathTask
 from rlnb.engine.environments.prompts import format_prompt  # noqa: F401 (its old home)
+from rlnb.engine.environments.reasoning_gym_task import ReasoningGymTask
 from rlnb.engine.environments.reverse import ReverseTask
 from rlnb.engine.environments.user_data import DatasetTask
+from rlnb.engine.environments.verifiers_task import VerifiersTask
 from rlnb.registry import claim
 
 # the registry (name -> Task class): ``data.name`` picks one; its ``Settings`` are the ``data``
@@ -62,6 +66,8 @@ TASKS: dict[str, type[Task]] = {
     "addition_think": AdditionThinkTask,
     "math": MathTask,
     "dataset": DatasetTask,
+    "reasoning_gym": ReasoningGymTask,
+    "verifiers": VerifiersTask,
 }
 
 

@@ -86,6 +86,8 @@ class Trainer(SaveState):
         accelerator: an ``accelerate.Accelerator`` for several processes, else None.
         reward_funcs, reward_weights, train_dataset, eval_dataset: a user's reward functions
             and data, TRL's names (``environments/run_task.py``); recorded in ``self.config``.
+        environment: a verifiers environment (a ``Taskset`` or ``Env`` of ``verifiers.v1``):
+            its prompts and rubric (``environments/verifiers_task.py``), in place of those.
     """
 
     loop_section = "grpo"  # the config section with the loop's keys
@@ -98,7 +100,7 @@ class Trainer(SaveState):
         check_stages(cls)  # a declaration that does not fit fails at import (views.py)
 
     def __init__(self, config, *, policy=None, task=None, accelerator=None, reward_funcs=None,
-                 reward_weights=None, train_dataset=None, eval_dataset=None):
+                 reward_weights=None, train_dataset=None, eval_dataset=None, environment=None):
         if not all(hasattr(config, s) for s in (self.loop_section, "policy", "loss_fn", "data")):
             raise TypeError(
                 f"{type(self).__name__} takes a loaded config, got {type(config).__name__}: "
@@ -111,7 +113,8 @@ class Trainer(SaveState):
         if isinstance(config, Config):  # fields may have been assigned one by one since it
             config.check()               # was built: its rules across fields run again here
         user = {"reward_funcs": reward_funcs, "reward_weights": reward_weights,
-                "train_dataset": train_dataset, "eval_dataset": eval_dataset}
+                "train_dataset": train_dataset, "eval_dataset": eval_dataset,
+                "environment": environment}
         self.config = config = with_user_data(config, **user)
         self.dist = Distributed(accelerator)
         loop = self.loop_config
@@ -197,6 +200,11 @@ class Trainer(SaveState):
         else:
             batch = self.generate_batch(rows or self.next_prompt_rows(),
                                         loop.num_generations_per_prompt)
+        observe = getattr(self.task, "observe", None)
+        if observe is not None and rows is None:  # a task's curriculum sees the training stream:
+            parts = self.dist.gather_object((batch.rows, batch.correct.cpu()))  # every rank's
+            batch.metrics.update(observe([r for p, _ in parts for r in p],
+                                         torch.cat([c for _, c in parts])))
         batch.metrics["timing/train/rollout"] = elapsed()
         batch.metrics.update(outcome_metrics(self.dist, batch,
                                              signal=not loop.use_dynamic_sampling,
@@ -225,6 +233,10 @@ class Trainer(SaveState):
             metrics["validation/accuracy"] = float(correct.mean())
             if k > 1:
                 metrics["validation/pass_k"] = float(correct.amax(dim=1).mean())
+        breakdown = getattr(self.task, "validation_breakdown", None)
+        if breakdown is not None:  # a task's held-out results by part (a mix's data sets)
+            metrics.update({f"validation/{k}": v
+                            for k, v in breakdown(batch.rows, batch.correct).items()})
         self.last_validation = self.dist.mean_dict(metrics)
         return self.last_validation
 

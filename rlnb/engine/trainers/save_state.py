@@ -16,7 +16,12 @@ class SaveState:
     ``step_count``, ``consumed_prompts``, ``total_valid_tokens``, ``last_validation``)."""
 
     def state(self) -> dict[str, Any]:
-        """The save state (NeMo-RL's ``GRPOSaveState`` fields) plus the data position."""
+        """The save state (NeMo-RL's ``GRPOSaveState`` fields) plus the data position (with the
+        task's own state where it keeps one: a curriculum's levels decide the rows drawn)."""
+        position: dict[str, Any] = {"consumed_prompts": self.consumed_prompts}
+        task_state = getattr(self.task, "state_dict", None)
+        if task_state is not None:
+            position["task"] = task_state()
         return {
             "current_step": self.step_count,
             "total_steps": self.step_count,
@@ -24,7 +29,7 @@ class SaveState:
             "current_epoch": 0,
             "total_valid_tokens": self.total_valid_tokens,
             "val_reward": self.last_validation.get("validation/accuracy"),
-            "data_position": {"consumed_prompts": self.consumed_prompts},
+            "data_position": position,
         }
 
     def checkpoint_parts(self) -> dict[str, tuple[Any, Any, Any]]:
@@ -44,5 +49,7 @@ class SaveState:
         self.step_count = state["current_step"]
         self.total_valid_tokens = state["total_valid_tokens"]
         self.consumed_prompts = state["data_position"]["consumed_prompts"]
+        if "task" in state["data_position"] and hasattr(self.task, "load_state_dict"):
+            self.task.load_state_dict(state["data_position"]["task"])
         if state.get("val_reward") is not None:
             self.last_validation = {"validation/accuracy": state["val_reward"]}

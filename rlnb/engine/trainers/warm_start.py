@@ -130,6 +130,8 @@ WEIGHT_CODE = (
     "rlnb.engine.environments.prompts",  # prompts as text, chat messages through a template
     "rlnb.engine.environments.run_task",  # which rows and reward functions the run has
     "rlnb.engine.environments.user_data",  # data.name=dataset: a user's rows
+    "rlnb.engine.environments.reasoning_gym_task",  # data.name=reasoning_gym: rows, scoring
+    "rlnb.engine.environments.verifiers_task",  # data.name=verifiers: rows, scoring
     "rlnb.engine.environments.reward_funcs",  # a user's reward functions (the probe accuracy)
     "rlnb.engine.environments.reward_task",  # their weighted sum and notion of correct
     "rlnb.engine.environments.multiturn",  # probe rollouts with max_rollout_turns > 1
