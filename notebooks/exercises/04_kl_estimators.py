@@ -95,7 +95,8 @@ moments = rlnb.kl_estimator_moments(logp[None], logq[None])  # [1, 3] each
 assert torch.allclose((logp.exp() * ell.exp()).sum(-1), torch.ones(3, dtype=torch.float64))
 for name, estimator in (("k1", k1), ("k3", k3)):
     mean = (logp.exp() * estimator(logp, logq)).sum(-1)
-    assert torch.allclose(mean, exact_kl(z, z_ref)) and torch.allclose(mean, moments["exact"][0])
+    assert torch.allclose(mean, exact_kl(z, z_ref)) and torch.allclose(
+        mean, moments["exact"][0]), name
 k2_mean = (logp.exp() * k2(logp, logq)).sum(-1)
 assert torch.allclose(k2_mean, moments["k2_mean"][0])
 assert (k3(logp, logq) >= 0).all()

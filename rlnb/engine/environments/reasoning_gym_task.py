@@ -11,7 +11,9 @@ Implementation choices:
    ``{name: {weight, config}}``); ``config`` is the data set's own config (its difficulty), checked
    against its config class when the config loads: an unknown name lists the closest ones, a key
    the data set does not take lists those it does. ``seed`` and ``size`` are rlnb's to set.
-2) Each row comes from one data set drawn by weight, then one of its entries drawn at random;
+2) Each row comes from one data set drawn by weight, then one of its entries drawn at random
+   (of 2**31 where the data set generates entry ``i`` from its index, as most do; of 10,000
+   built up front where it holds a list of questions);
    both draws come from a ``random.Random`` seeded with a string naming the row's position, so
    row ``i`` of a stream is the same in every process and reading row ``10**6`` costs one entry
    (``train_rows`` is a lazy sequence). The held-out rows are ``num_val`` distinct questions
@@ -54,6 +56,8 @@ from rlnb.engine.environments.extras import require
 
 ANSWER_TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
 OWNED = ("seed", "size")  # rlnb sets these (choice 2)
+SPACE = 2**31  # entries a generated data set is drawn from
+POOL = 10_000  # entries of a data set that holds a list of questions
 WHAT = "data.name: reasoning_gym"
 
 
@@ -192,8 +196,9 @@ class ReasoningGymTask(Task):
         self.weights = [self.specs[n].weight for n in self.names]
         self._rg = rg
         # the data sets at their configured difficulty, and their curricula (choice 5)
-        self.base = {n: rg.create_dataset(n, seed=0, size=1, **self.specs[n].config)
-                     for n in self.names}
+        self.base, self.space = {}, {}
+        for n in self.names:
+            self.base[n], self.space[n] = _indexable(rg, n, self.specs[n].config)
         self.curricula = {}
         self.levels = {n: 0 for n in self.names}
         self._seen = {n: [0, 0] for n in self.names}  # [rows, correct] at the current level
@@ -223,13 +228,13 @@ class ReasoningGymTask(Task):
             cur.set_global_level(level)
             config = dataclasses.asdict(cur.generate_configuration(
                 {k: v for k, v in self.specs[name].config.items()}))
-            config.update(seed=0, size=1)
+            config.update(seed=0, size=self.space[name] if self.space[name] < SPACE else 1)
             self._at_level[key] = self._rg.create_dataset(name, **config)
         return self._at_level[key]
 
     def _draw(self, rng: random.Random, datasets: dict[str, Any]) -> dict[str, Any]:
         name = self._pick(rng)
-        return self._row(name, datasets[name][rng.randrange(2**31)])
+        return self._row(name, datasets[name][rng.randrange(self.space[name])])
 
     def _pick(self, rng: random.Random) -> str:
         """A data set drawn by weight."""
@@ -261,7 +266,7 @@ class ReasoningGymTask(Task):
         dataset = self._dataset(name)
         for attempt in range(1000):
             rng = random.Random(f"rlnb/reasoning_gym/train/{seed}/{i}/{name}/{attempt}")
-            row = self._row(name, dataset[rng.randrange(2**31)])
+            row = self._row(name, dataset[rng.randrange(self.space[name])])
             if row["question"] not in self._val_questions:
                 return row
         raise ValueError(f"task 'reasoning_gym': training row {i} drew only held-out questions "
@@ -346,6 +351,18 @@ class ReasoningGymTask(Task):
         for name, seen in state.get("seen", {}).items():
             if name in self._seen:
                 self._seen[name] = [int(seen[0]), int(seen[1])]
+
+
+def _indexable(rg, name: str, config: dict[str, Any]):
+    """Data set ``name`` and how many entries it can be indexed by (choice 2): most generate
+    entry ``i`` from ``Random(seed + i)`` for any ``i`` (``SPACE``); one that holds a list of
+    questions is built with ``POOL`` of them."""
+    ds = rg.create_dataset(name, seed=0, size=1, **config)
+    try:
+        ds[SPACE - 1]
+        return ds, SPACE
+    except (IndexError, KeyError):
+        return rg.create_dataset(name, seed=0, size=POOL, **config), POOL
 
 
 class TrainStream(Sequence):

@@ -34,7 +34,23 @@ from rlnb.engine.environments.reward_funcs import (
 from rlnb.engine.environments.user_data import fingerprint
 
 
-class RewardFuncsTask(Task):
+class RowsOf(Task):
+    """A task whose rows are another task's (``self.rows``), scored its own way: a data set
+    scored by a user's reward functions, a verifiers environment's tasks by its rubric."""
+
+    rows: Task
+
+    def train_rows(self, n: int, seed: int = 0) -> list[dict]:
+        return self.rows.train_rows(n, seed)
+
+    def val_rows(self, n: int | None = None) -> list[dict]:
+        return self.rows.val_rows(n)
+
+    def demonstration(self, row: dict) -> str:
+        return self.rows.demonstration(row)
+
+
+class RewardFuncsTask(RowsOf):
     """Rows from a task (a user's data set, or a built-in task's rows), scored by reward
     functions.
 
@@ -58,15 +74,6 @@ class RewardFuncsTask(Task):
         self.fingerprint = fingerprint(getattr(rows, "fingerprint", rows.name),
                                        [(f.ref, f.weight, _source(f.func)) for f in funcs],
                                        correct_reward, correct_threshold)
-
-    def train_rows(self, n: int, seed: int = 0) -> list[dict]:
-        return self.rows.train_rows(n, seed)
-
-    def val_rows(self, n: int | None = None) -> list[dict]:
-        return self.rows.val_rows(n)
-
-    def demonstration(self, row: dict) -> str:
-        return self.rows.demonstration(row)
 
     def score(self, prompts: list[str], responses: list[str], rows: list[dict]) -> Rewards:
         """Scores without token ids (``score_rollout`` has them): re-tokenised by nobody, so

@@ -28,9 +28,9 @@ Implementation choices:
 4) What would be wrong silently is refused when the task is built: rewards or judges that need a
    runtime or a model (verifiers would skip them offline), a taskset with no tasks. A reward that
    raises or returns something not a finite number is named with the row and its prompt.
-5) ``data.correct_reward`` names the reward whose score defines correct (or ``total``);
-   without it, correct is ``total >= data.correct_threshold``... only when set: no accuracy
-   metrics otherwise, as with a user's reward functions.
+5) ``data.correct_reward`` names the reward whose score at least ``data.correct_threshold``
+   is correct (or ``total``, the weighted sum); without it the task has no notion of correct
+   and no accuracy metrics, as with a user's reward functions.
 """
 
 from __future__ import annotations
@@ -44,15 +44,13 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from rlnb.engine.environments.base import Rewards, Task, TaskSettings, check_batch
+from rlnb.engine.environments.base import Rewards, TaskSettings, check_batch
 from rlnb.engine.environments.extras import require
 from rlnb.engine.environments.reward_funcs import prompt_head, run_coroutines
+from rlnb.engine.environments.reward_task import RowsOf
 from rlnb.engine.environments.user_data import DatasetTask
 
 WHAT = "data.name: verifiers"
-BASE_FIELDS = ("idx", "id", "name", "description", "prompt", "system_prompt", "image", "workdir",
-               "agent_user", "skills", "network_allow", "network_block", "artifacts",
-               "artifact_max_bytes", "timeout", "resources")
 
 
 def _vf():
@@ -116,7 +114,7 @@ def _needs_runtime(fn) -> bool:
     return param is not None and param.default is inspect.Parameter.empty
 
 
-class VerifiersTask(Task):
+class VerifiersTask(RowsOf):
     """A verifiers taskset's tasks as rows, scored by their rewards (module docstring)."""
 
     name = "verifiers"
@@ -164,10 +162,11 @@ class VerifiersTask(Task):
             raise ValueError(f"verifiers environment {self.env_id!r} has no tasks")
         self.tasks = tasks
         self._check_hooks(tasks[0])
+        base_fields = set(vf.TaskData.model_fields)
         rows = []
         for i, task in enumerate(tasks):
             extra = {k: v for k, v in task.data.model_dump(mode="json").items()
-                     if k not in BASE_FIELDS}
+                     if k not in base_fields}  # the fields of the user's TaskData subclass
             rows.append({**extra, "prompt": _messages(task.data), "vf_index": i})
         self.rows = DatasetTask.__new__(DatasetTask)  # the held-out rows carved as a data set's
         self.rows._setup(rows, None, f"verifiers environment {self.env_id!r}", prompt_key="prompt",
@@ -202,15 +201,6 @@ class VerifiersTask(Task):
     def reward_names(self) -> list[str]:
         """The rewards of the tasks' type, in verifiers' order."""
         return [fn.__name__ for fn in self.tasks[0].hooks("reward")]
-
-    def train_rows(self, n: int, seed: int = 0) -> list[dict]:
-        return self.rows.train_rows(n, seed)
-
-    def val_rows(self, n: int | None = None) -> list[dict]:
-        return self.rows.val_rows(n)
-
-    def demonstration(self, row: dict) -> str:
-        return self.rows.demonstration(row)
 
     # ------------------------------------------------------------------ scoring (choice 3)
     def _trace(self, task, row: dict, response: str):
