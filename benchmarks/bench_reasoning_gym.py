@@ -46,8 +46,7 @@ def config_for(door: str) -> dict:
 
 
 def per_dataset(metrics: dict) -> dict[str, float]:
-    return {k.split("/")[2]: v for k, v in metrics.items()
-            if k.startswith("validation/rg/") or k.startswith("validation/by_dataset/")}
+    return {k.split("/")[2]: v for k, v in metrics.items() if k.startswith("validation/rg/")}
 
 
 def held_out(trainer) -> dict[str, float]:
