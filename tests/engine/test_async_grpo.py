@@ -330,7 +330,21 @@ def test_ctrl_c_ends_both_sides_within_seconds(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- checkpoints
-def test_resume_keeps_the_buffer_and_trains_every_row_once(tmp_path, no_threads_left):
+def test_resume_keeps_the_buffer_and_trains_every_row_once(tmp_path, no_threads_left,
+                                                          monkeypatch):
+    # whether the collector has generated ahead when step 3 saves depends on timing (a loaded
+    # machine may save first): the save waits until a group for a step not yet trained is in
+    plain_files = AsyncGRPOTrainer.checkpoint_files
+
+    def files_with_groups_ahead(self):
+        c = self.collector
+        with c.cond:
+            c.cond.wait_for(lambda: c.error is not None or any(
+                t >= self.step_count for t in c.buffer.state_dict()["target_weight_versions"]),
+                timeout=120)
+        return plain_files(self)
+
+    monkeypatch.setattr(AsyncGRPOTrainer, "checkpoint_files", files_with_groups_ahead)
     over = [*SMALL, "grpo.async_grpo.max_trajectory_age_steps=2", "checkpointing.enabled=true",
             "checkpointing.save_period=3"]
     run = TrainingRun(load_config(ASYNC, over, preset="fast"), run_dir=tmp_path / "run")
