@@ -15,6 +15,8 @@
 - ``ConfigPanel``: edit hyperparameters between steps.
 - ``RewardWorkbench``: a run's reward functions on hand-written or sampled completions, per row
   and per group, no-signal groups flagged; ``signal_figure`` draws the signal check.
+- ``TemplateInspector``: a chat template's turn N against turn N+1 token by token (the first
+  token it rewrote, red), or a trajectory's tokens by who wrote them (trained or environment).
 - ``show(fig)``: a plotly figure that also renders in saved notebooks and HTML exports.
 - ``sweep_figures(root)``: the curves of an ``rlnb sweep`` (a line per run, the mean over seeds).
 
@@ -33,10 +35,12 @@ from rlnb.widgets.reward_workbench import RewardWorkbench, signal_figure
 from rlnb.widgets.static import ensure_plotlyjs, figure_bundle, figure_html, show, table_html
 from rlnb.widgets.stepper import StageStepper
 from rlnb.widgets.sweep_report import sweep_figures
+from rlnb.widgets.template_inspector import TemplateInspector
 
 __all__ = [
     "DEFAULT_PANELS", "ConfigPanel", "Dashboard", "EstimatorComparison", "MetricCard", "Panel",
-    "PairView", "RewardWorkbench", "RolloutInspector", "StageStepper", "TokenView",
+    "PairView", "RewardWorkbench", "RolloutInspector", "StageStepper", "TemplateInspector",
+    "TokenView",
     "ensure_plotlyjs", "figure_bundle", "figure_html", "metric_card", "show", "signal_figure",
     "sweep_figures", "table_html",
 ]

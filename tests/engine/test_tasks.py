@@ -245,7 +245,7 @@ def test_format_prompt():
 
 def test_make_task_and_registry():
     assert list(TASKS) == ["addition", "reverse", "addition_think", "math", "dataset",
-                           "reasoning_gym", "verifiers"]
+                           "reasoning_gym", "verifiers", "calculator"]
     assert isinstance(make_task("addition", max_operand=9, num_val=10), AdditionTask)
     with pytest.raises(ValueError, match=r"unknown task 'additon' \(did you mean 'addition'\?\)"):
         make_task("additon")
@@ -283,7 +283,7 @@ def test_each_task_owns_its_settings():
                 assert field.default == params[key].default, (name, key)
         register_task(name, cls)  # each passes the checks a plug-in's registration runs
     assert list(TASKS) == ["addition", "reverse", "addition_think", "math", "dataset",
-                           "reasoning_gym", "verifiers"]
+                           "reasoning_gym", "verifiers", "calculator"]
     # the same data section, read by two tasks: each gets its own keys, defaults filled in
     think = rlnb.load_config(None, ["data.name=addition_think", "data.max_operand=9"]).data
     assert task_arguments(think) == {"num_val": 200, "seed": 0, "max_operand": 9, "max_filler": 4}

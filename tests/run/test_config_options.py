@@ -155,6 +155,9 @@ WITH = {
 # model moves it by ~1e-5): their effect is asserted with hand-derived numbers on such batches
 # in these test files, which must exercise the option by name
 ASSERTED_ELSEWHERE = {
+    # the tiny tokenizer's chat template changes nothing for text prompts (the base task); the
+    # agent tests train with it (prompts, tool calls, the prefix check)
+    "policy.tiny.chat_template": "engine/test_agents.py",
     "loss_fn.ratio_clip_c": "algorithms/test_policy_loss.py",
     "loss_fn.reference_policy_kl_type": "algorithms/test_policy_loss.py",
     "loss_fn.kl_input_clamp_value": "algorithms/test_policy_loss.py",

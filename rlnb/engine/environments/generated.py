@@ -52,7 +52,7 @@ class GeneratedTask(Task):
         val: dict[str, dict] = {}
         while len(val) < num_val:  # distinct problems, in the order first drawn
             row = self.draw(rng)
-            val.setdefault(row["prompt"], row)
+            val.setdefault(self.key(row), row)
         self._val = list(val.values())
         self._val_prompts = set(val)
 
@@ -65,12 +65,17 @@ class GeneratedTask(Task):
     def draw(self, rng: random.Random) -> dict:
         """One random row ``{"prompt", "answer"}``."""
 
+    def key(self, row: dict) -> str:
+        """What makes two rows the same problem (its prompt; a task with chat-message prompts
+        names a text)."""
+        return row["prompt"]
+
     def train_rows(self, n: int, seed: int = 0) -> list[dict]:
         rng = random.Random(f"rlnb/{self.name}/train/{seed}")  # a stream apart from val's
         rows: list[dict] = []
         while len(rows) < n:
             row = self.draw(rng)
-            if row["prompt"] not in self._val_prompts:
+            if self.key(row) not in self._val_prompts:
                 rows.append(row)
         return rows
 

@@ -163,9 +163,9 @@ def sample_conversations(
                 logprobs[i] += [0.0] * len(obs_ids)
                 conversations[i].append({"role": "user", "content": obs})
     rest = [s[n:] for s, n in zip(seqs, n_prompt)]
-    response_ids, response_mask = _right_pad(rest, pad)
-    token_mask, _ = _right_pad([g[n:] for g, n in zip(generated, n_prompt)], 0.0, torch.float32)
-    gen_lp, _ = _right_pad([lp[n:] for lp, n in zip(logprobs, n_prompt)], 0.0, torch.float32)
+    response_ids, response_mask = right_pad(rest, pad)
+    token_mask, _ = right_pad([g[n:] for g, n in zip(generated, n_prompt)], 0.0, torch.float32)
+    gen_lp, _ = right_pad([lp[n:] for lp, n in zip(logprobs, n_prompt)], 0.0, torch.float32)
     texts = [tokenizer.decode(r, skip_special_tokens=True) for r in rest]
     return Conversations(
         generations=Generations(prompt_ids, prompt_mask, response_ids, response_mask, gen_lp,
@@ -178,7 +178,7 @@ def sample_conversations(
     )
 
 
-def _right_pad(rows, pad, dtype=torch.long) -> tuple[torch.Tensor, torch.Tensor]:
+def right_pad(rows, pad, dtype=torch.long) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(1, max(len(r) for r in rows))
     out = torch.full((len(rows), width), pad, dtype=dtype)
     mask = torch.zeros((len(rows), width), dtype=torch.long)

@@ -121,8 +121,9 @@ def build_run_task(config, tokenizer=None, *, reward_funcs=None, reward_weights=
         if getattr(rows, "chat", False) and getattr(tokenizer, "chat_template", None) is None:
             raise ValueError(f"data.name={data.name}: its prompts are chat messages, but the "
                              f"tokenizer ({type(tokenizer).__name__}) has no chat template: "
-                             "give prompts as text (reasoning_gym: data.system_prompt=null), or "
-                             "a model whose tokenizer has one")
+                             "give prompts as text (reasoning_gym: data.system_prompt=null), a "
+                             "model whose tokenizer has one, or for the embedded tiny model "
+                             "policy.tiny.chat_template=true")
         return rows
     loop = loop_section_of(config)
     if getattr(loop, "max_rollout_turns", 1) > 1:

@@ -10,9 +10,10 @@ for Dr. GRPO's length-bias study, ``addition_think.py``), ``math`` (GSM8K-style 
 data set or a local file, scored with ``math_verify``, ``math_task.py``) and ``dataset`` (a user's
 rows in TRL's format, scored by the run's ``reward_funcs``, ``user_data.py``), ``reasoning_gym``
 (reasoning-gym's procedural data sets, ``reasoning_gym_task.py``) and ``verifiers`` (a verifiers
-environment, ``verifiers_task.py``); the last two need the ``envs`` extra. ``register_task``
-adds one of a user's. A prompt is text, or chat messages that go through the tokenizer's own chat
-template.
+environment, ``verifiers_task.py``); the last two need the ``envs`` extra; ``calculator`` (a
+tool-using agent episode: ``"37*48"``, the ``calc`` tool, ``"1776"``, ``calculator.py``).
+``register_task`` adds one of a user's. A prompt is text, or chat messages that go through the
+tokenizer's own chat template.
 
 Implementation choices:
 1) A task owns its settings: its ``Settings`` model (``base.TaskSettings``: ``num_val``, ``seed``;
@@ -49,6 +50,7 @@ from rlnb.algorithms.checks import choose
 from rlnb.config import Config, cross_field_rule, parse_config
 from rlnb.engine.environments.addition_think import AdditionThinkTask
 from rlnb.engine.environments.base import Task
+from rlnb.engine.environments.calculator import CalculatorTask
 from rlnb.engine.environments.generated import AdditionTask
 from rlnb.engine.environments.math_task import MathTask
 from rlnb.engine.environments.prompts import format_prompt  # noqa: F401 (its old home)
@@ -68,6 +70,7 @@ TASKS: dict[str, type[Task]] = {
     "dataset": DatasetTask,
     "reasoning_gym": ReasoningGymTask,
     "verifiers": VerifiersTask,
+    "calculator": CalculatorTask,
 }
 
 

@@ -22,8 +22,8 @@ def load_model_and_tokenizer(cfg, seed: int = 0):
     Face causal LM and its tokenizer loaded (offline for paths), LoRA adapters added if enabled."""
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.precision]
     if cfg.model_name == "tiny":
-        tokenizer = build_char_tokenizer()
         t = cfg.tiny
+        tokenizer = build_char_tokenizer(t.chat_template)
         model = build_tiny_llama(
             len(tokenizer),
             hidden_size=t.hidden_size,

@@ -53,6 +53,8 @@ class TinyModelConfig(Config):
     num_hidden_layers: int = Field(2, ge=1, description="Transformer blocks.")
     num_attention_heads: int = Field(4, ge=1, description="Attention heads.")
     intermediate_size: int | None = Field(None, description="MLP width (default 2x hidden).")
+    chat_template: bool = Field(False, description=(
+        "Give the character tokenizer a chat template (U:/A:/T: lines, tool calls)."))
 
     @cross_field_rule
     def _heads_divide_width(self) -> TinyModelConfig:
@@ -127,9 +129,10 @@ class PolicyConfig(Config):
         if self.model_name == "tiny" and self.tokenizer_name is not None:
             raise ValueError("tokenizer_name is for a hub or local model; the embedded tiny "
                              "model has its own character tokenizer")
-        if self.model_name == "tiny" and self.chat_template:
+        if self.model_name == "tiny" and self.chat_template and not self.tiny.chat_template:
             raise ValueError("chat_template=true needs a tokenizer with a chat template; the "
-                             "embedded tiny model's character tokenizer has none")
+                             "embedded tiny model's character tokenizer has one only with "
+                             "policy.tiny.chat_template=true")
         if self.generation.fill_context:
             if self.generation.max_new_tokens > self.max_total_sequence_length:
                 raise ValueError(

@@ -28,10 +28,27 @@ if TYPE_CHECKING:
 
 SPECIAL_TOKENS = ["<pad>", "<unk>", "<s>", "</s>"]
 CHARACTERS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]  # printable + "\n"
+# the chat format of ``policy.tiny.chat_template``: ``U:``/``A:``/``T:``/``S:`` lines, an
+# assistant turn closed by ``</s>`` (the EOS the model stops on), tool calls in the
+# ``<tool_call>`` JSON convention (agents/tool_calls.py), compact so a character model has few
+# tokens to write
+TINY_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m.role == 'system' %}S:{{ m.content }}\n"
+    "{% elif m.role == 'user' %}U:{{ m.content }}\n"
+    "{% elif m.role == 'assistant' %}A:{{ m.content or '' }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{\"name\":\"{{ c.function.name }}\","
+    "\"arguments\":{% if c.function.arguments is string %}{{ c.function.arguments }}"
+    "{% else %}{{ c.function.arguments | tojson(separators=(',', ':')) }}{% endif %}}"
+    "</tool_call>{% endfor %}{{ eos_token }}\n"
+    "{% elif m.role == 'tool' %}T:{{ m.content }}\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}A:{% endif %}"
+)
 
 
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    """A character-level fast tokenizer: one token per printable ASCII character."""
+def build_char_tokenizer(chat_template: bool = False) -> PreTrainedTokenizerFast:
+    """A character-level fast tokenizer: one token per printable ASCII character; with
+    ``chat_template``, ``TINY_CHAT_TEMPLATE`` as its chat template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -39,7 +56,7 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     core.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,
         pad_token="<pad>",
         unk_token="<unk>",
@@ -47,6 +64,9 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
         eos_token="</s>",
         padding_side="left",  # generation appends on the right
     )
+    if chat_template:
+        tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    return tokenizer
 
 
 def build_tiny_llama(

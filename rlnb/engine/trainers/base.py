@@ -36,6 +36,7 @@ import torch
 
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
 from rlnb.config import Config
+from rlnb.engine.agents.templates import check_agent_task
 from rlnb.engine.data.batches import RolloutBatch, StepMetrics
 from rlnb.engine.environments.prompts import format_prompt
 from rlnb.engine.environments.run_task import build_run_task, with_user_data
@@ -133,6 +134,8 @@ class Trainer(SaveState):
         )
         self.task = task or build_run_task(config, self.policy.tokenizer, **user)
         self.env = config.env.build(self.task)  # what steps multi-turn conversations
+        if getattr(self.task, "agent", None) is not None:  # its turns are one sample each
+            check_agent_task(self.task, self.policy.tokenizer, config)
         p = config.policy
         self.max_prompt_length = (p.max_total_sequence_length - 1 if p.generation.fill_context
                                   else p.max_total_sequence_length - p.generation.max_new_tokens)

@@ -8,8 +8,9 @@ Implementation choices:
    environment, a tokenizer, the length limits): nothing training changes, so the async loop's
    collector thread samples with its own copy while the trainer trains.
 2) One function for single- and multi-turn rollouts: with ``max_rollout_turns > 1`` the
-   environment answers between turns (``multiturn.sample_conversations``) and ``token_mask``
-   marks only generated tokens; everything after that is the same.
+   environment answers between turns (``multiturn.sample_conversations``), and a task with an
+   ``agent`` runs its agent code against the in-process client (``agents/rollouts.py``);
+   ``token_mask`` marks only generated tokens; everything after that is the same.
 3) The previous-policy and reference log-probs are computed right away (``add_logprobs``), so a
    ``RolloutBatch`` is complete: a replay after an update still uses the log-probs of the policy
    that generated it. With ``reuse_generation_logprobs`` (decided when the config loads:
@@ -28,6 +29,7 @@ from typing import Any
 
 import torch
 
+from rlnb.engine.agents.rollouts import sample_agent_episodes
 from rlnb.engine.data.batches import RolloutBatch
 from rlnb.engine.environments.base import check_rewards
 from rlnb.engine.environments.multiturn import sample_conversations
@@ -71,7 +73,16 @@ def sample_and_score(inputs: RolloutInputs, generator, rows: list[dict[str, Any]
     rep_rows = [r for r in rows for _ in range(generations)]
     prompts = [format_prompt(r, inputs.tokenizer, inputs.chat_template) for r in rep_rows]
     extra: dict[str, float] = {}
-    if inputs.max_rollout_turns > 1:  # prompt | turn | observation | turn ... (multiturn.py)
+    sample_mask = torch.ones(len(prompts))
+    agent = getattr(inputs.task, "agent", None)
+    if agent is not None:  # the task's agent code drives the turns (agents/rollouts.py)
+        conv, sample_mask, agent_metrics = sample_agent_episodes(
+            agent, generator, inputs.tokenizer, rep_rows, max_turns=inputs.max_rollout_turns,
+            max_new_tokens=inputs.max_new_tokens, max_total_length=inputs.max_total_length)
+        gens, rewards, generated = conv.generations, conv.rewards, conv.token_mask
+        t_gen, t_reward = conv.seconds_generation, conv.seconds_environment
+        extra.update(agent_metrics, **{"train/mean_turns": float(conv.turns.float().mean())})
+    elif inputs.max_rollout_turns > 1:  # prompt | turn | observation | turn ... (multiturn.py)
         conv = sample_conversations(
             generator, inputs.env, inputs.tokenizer, prompts, rep_rows,
             max_turns=inputs.max_rollout_turns, max_new_tokens=inputs.max_new_tokens,
@@ -109,7 +120,7 @@ def sample_and_score(inputs: RolloutInputs, generator, rows: list[dict[str, Any]
         step=step, rows=rep_rows, prompts=prompts, responses=gens.texts,
         group=torch.arange(len(rows)).repeat_interleave(generations),
         prompt_ids=gens.prompt_ids, input_ids=input_ids, attention_mask=attention_mask,
-        token_mask=token_mask, sample_mask=torch.ones(len(prompts)),
+        token_mask=token_mask, sample_mask=sample_mask,
         generation_logprobs=gen_lp, prev_logprobs=None, reference_logprobs=None,
         rewards=rewards.total.float(), reward_components=dict(rewards.components),
         correct=rewards.correct.bool(), truncated=gens.truncated, response_lengths=lengths,

@@ -135,6 +135,13 @@ WEIGHT_CODE = (
     "rlnb.engine.environments.reward_funcs",  # a user's reward functions (the probe accuracy)
     "rlnb.engine.environments.reward_task",  # their weighted sum and notion of correct
     "rlnb.engine.environments.multiturn",  # probe rollouts with max_rollout_turns > 1
+    "rlnb.engine.environments.calculator",  # data.name=calculator: rows, demonstrations, agent
+    "rlnb.engine.agents.templates",  # an agent task's chat template checks and rendering
+    "rlnb.engine.agents.tool_calls",  # its tool calls read back
+    "rlnb.engine.agents.sampler",  # its completions sampled
+    "rlnb.engine.agents.episode",  # its prompts stitched token for token
+    "rlnb.engine.agents.client",  # the in-process client its agent code calls
+    "rlnb.engine.agents.rollouts",  # its episodes batched (the probe accuracy)
     "rlnb.algorithms.preference",  # nll_loss
     "rlnb.algorithms.logprobs",  # token log-probs of the loss and the sampler
     "rlnb.algorithms.masked",  # nll_loss's masked means

@@ -1,0 +1,9 @@
+"""Agents: multi-turn and tool-using episodes through the chat template, served by an
+in-process OpenAI-compatible client, recorded token for token into training samples.
+
+``templates.py`` renders and checks chat templates (prefix-preserving or not); ``tool_calls.py``
+reads tool calls in a template's convention; ``sampler.py`` batches completions on the policy's
+generator; ``episode.py`` records one episode and stitches it into a sample; ``client.py`` is the
+OpenAI-shaped client; ``rollouts.py`` runs a batch of episodes of a user's agent code;
+``openenv.py`` adapts reset/step environments; ``inspector.py`` shows turn N against turn N+1.
+"""
