@@ -49,6 +49,11 @@ _LAZY = {
     "ablate": "rlnb.run.experiments.ablation",
     "signal_check": "rlnb.engine.inspection.signal_check",
     "group_reward": "rlnb.engine.environments.reward_funcs",
+    "LocalOpenAI": "rlnb.engine.agents.client",
+    "AsyncLocalOpenAI": "rlnb.engine.agents.client",
+    "AgentTask": "rlnb.engine.agents.agent_task",
+    "openenv_agent": "rlnb.engine.agents.agent_task",
+    "check_prefix": "rlnb.engine.agents.templates",
 }
 
 

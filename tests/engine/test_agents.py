@@ -342,3 +342,32 @@ def test_step_results_are_read_as_tuples_gymnasium_tuples_or_attributes():
     assert step_parts(("o", 1.0, False)) == ("o", 1.0, False)
     assert step_parts(("o", 1.0, False, True, {})) == ("o", 1.0, True)
     assert step_parts(Result()) == ("o", {"a": 1.0}, True)
+
+
+def test_an_agent_task_needs_a_chat_template_and_its_warm_start_key_covers_the_turns():
+    from rlnb.engine.trainers.grpo import GRPOTrainer
+    from rlnb.engine.trainers.warm_start import warm_start_key
+
+    over = [x for x in SMALL if not x.startswith("policy.tiny.chat_template")]
+    with pytest.raises(ValueError, match=r"data.name=calculator: its prompts are chat messages.*"
+                                         r"policy.tiny.chat_template=true"):
+        GRPOTrainer(load_config(None, [*over, "data.name=calculator"], preset="fast"))
+    trainer = trainer_for(None, ["data.name=calculator"])
+    key = warm_start_key(trainer, trainer.config.sft)
+    trainer.config.grpo.max_rollout_turns = 2
+    assert warm_start_key(trainer, trainer.config.sft) != key
+
+
+def test_max_tokens_cuts_a_completion_as_a_server_would():
+    trainer = trainer_for()
+    client = LocalOpenAI(trainer)
+    reply = client.chat.completions.create(messages=[{"role": "user", "content": "1"}],
+                                           max_tokens=2, n=4)
+    eos = trainer.policy.tokenizer.eos_token_id
+    for choice in reply.choices:
+        assert 1 <= len(choice.token_ids) <= 2
+        assert choice.finish_reason == "length" or choice.token_ids[-1] == eos
+    long = [{"role": "user", "content": "y" * 120}]
+    with pytest.raises(ValueError, match=r"the prompt has 126 tokens and "
+                                         r"policy.max_total_sequence_length is 96"):
+        client.chat.completions.create(messages=long)

@@ -218,7 +218,7 @@ def _importable(name: str) -> bool:
 def test_readme_and_guide_python_examples_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spaces = []
-    for doc, count in (("README.md", 1), ("docs/guide.md", 3)):
+    for doc, count in (("README.md", 1), ("docs/guide.md", 4)):
         examples = re.findall(r"```python\n(.*?)```", (ROOT / doc).read_text(), re.S)
         assert len(examples) == count, doc
         for example in examples:
@@ -226,7 +226,11 @@ def test_readme_and_guide_python_examples_run(tmp_path, monkeypatch):
             if example.startswith("import verifiers") and not _importable("verifiers"):
                 continue  # the envs extra's example: tests/engine/test_verifiers.py says so
             exec(compile(example, doc, "exec"), spaces[-1])
-    stages, own_task, environment, algorithms = spaces
+    stages, own_task, environment, agents, algorithms = spaces
+    # an agent task and the client on its own (guide: "Agents")
+    assert agents["trainer"].step_count == 1 and agents["metrics"]["train/mean_turns"] > 1
+    assert "train/agent/generation_calls" in agents["metrics"]
+    assert len(agents["reply"].choices) == 2 and agents["reply"].choices[0].token_ids
     # a verifiers environment handed over in Python (guide: "Tasks from the field")
     if environment:
         trainer = environment["trainer"]

@@ -510,3 +510,66 @@ def test_dpo_stepper_and_pair_view_in_the_browser(lab, browser, tmp_path):
         state, _ = kernel_state(page)
         assert state["quantity"] == "kl", state
         assert error_outputs(page) == []
+
+
+INSPECTOR_CELLS = [
+    code_cell(
+        "from rlnb.engine.models.tiny import build_char_tokenizer\n"
+        "from rlnb.widgets import TemplateInspector\n"
+        "tok = build_char_tokenizer()\n"
+        "tok.chat_template = (  # drops an earlier <think> block, as Qwen3's template does\n"
+        "    \"{% set ns = namespace(last_user=-1) %}{% for m in messages %}\"\n"
+        "    \"{% if m.role == 'user' %}{% set ns.last_user = loop.index0 %}{% endif %}\"\n"
+        "    \"{% endfor %}{% for m in messages %}{% set c = m.content %}\"\n"
+        "    \"{% if m.role == 'assistant' and loop.index0 < ns.last_user and '</think>' in c %}\"\n"
+        "    \"{% set c = c.split('</think>')[-1] %}{% endif %}\"\n"
+        "    \"<s>{{ m.role }}\\n{{ c }}</s>\\n{% endfor %}\"\n"
+        "    \"{% if add_generation_prompt %}<s>assistant\\n{% endif %}\")\n"
+        "conv = [{'role': 'user', 'content': '2+2?'},\n"
+        "        {'role': 'assistant', 'content': '<think>add</think>4'},\n"
+        "        {'role': 'user', 'content': 'and 3+3?'},\n"
+        "        {'role': 'assistant', 'content': '6'},\n"
+        "        {'role': 'user', 'content': 'and 4+4?'},\n"
+        "        {'role': 'assistant', 'content': '8'}]\n"
+        "view = TemplateInspector(tok, conv)\n"
+        "view.display()"
+    ),
+    code_cell(
+        "import rlnb\n"
+        "async def agent(client, row):\n"
+        "    messages = [{'role': 'user', 'content': 'go'}]\n"
+        "    reply = await client.chat.completions.create(messages=messages)\n"
+        "    messages += [reply.choices[0].message, {'role': 'user', 'content': 'again'}]\n"
+        "    await client.chat.completions.create(messages=messages)\n"
+        "    return 1.0\n"
+        "config = rlnb.load_config(None, ['policy.tiny.chat_template=true',\n"
+        "    'grpo.max_rollout_turns=2', 'policy.max_total_sequence_length=48',\n"
+        "    'policy.generation.max_new_tokens=6'], preset='fast')\n"
+        "trainer = rlnb.GRPOTrainer(config, task=rlnb.AgentTask(agent, train=[{'answer': '1'}]))\n"
+        "batch = trainer.rollout()\n"
+        "trajectory = TemplateInspector(trainer.policy.tokenizer, batch=batch)\n"
+        "trajectory.display()"
+    ),
+]
+
+
+def test_template_inspector_turns_and_trajectory_rows_in_the_browser(lab, browser, tmp_path):
+    """The chat-template inspector: the verdict on turn 1 against turn 2 names the rewritten
+    token; choosing turn 2 against 3 in the dropdown shows it extends; on a batch of agent
+    episodes, Next and Previous move through the rows, each showing its trained tokens."""
+    write_notebook(lab.root / "inspector.ipynb", INSPECTOR_CELLS)
+    with notebook_session(browser, lab, "inspector.ipynb", tmp_path) as nb:
+        page = nb.page
+        run_all_cells(page, timeout=120)
+        assert error_outputs(page) == [] and dialogs(page) == []
+        wait_for_widget_text(page, r"turn 2's prompt rewrites turn 1 at token 23")
+        select_index(page, "compare", 1)
+        wait_for_widget_text(page, r"turn 3's prompt extends turn 2 token for token")
+        wait_for_widget_text(page, r"row 0: reward 1")
+        click_button(page, "Next")
+        wait_for_widget_text(page, r"row 1: reward 1")
+        click_button(page, "Previous")
+        click_button(page, "Previous")
+        wait_for_widget_text(page, r"row 15: reward 1")
+        assert re.search(r"\d+ of \d+ tokens trained", "\n".join(widget_texts(page)))
+        assert error_outputs(page) == []

@@ -59,6 +59,14 @@ class AgentTask(Task):
         rows = self.val if n is None else self.val[:n]
         return [dict(r) for r in rows]
 
+    def demonstration(self, row: dict) -> str:
+        """The warm start's target: the row's ``sft_target`` or ``answer`` after its prompt."""
+        if "sft_target" not in row and "answer" not in row:
+            raise ValueError(f"task {self.name!r}: the warm start trains on each row's 'answer' "
+                             f"(or 'sft_target'), and this row has neither (keys: {list(row)}); "
+                             "add one, or set sft.enabled=false")
+        return super().demonstration(row)
+
     def score(self, prompts, responses, rows) -> Rewards:
         raise ValueError(f"task {self.name!r} scores whole agent episodes (its agent), not "
                          "single responses")

@@ -243,4 +243,5 @@ def sample_agent_episodes(agent: Callable, generator, tokenizer, rows: list[dict
         token_mask=token_mask, rewards=Rewards(total, components, correct), turns=turns,
         seconds_generation=batcher.seconds, seconds_environment=seconds - batcher.seconds)
     conv.errors = [o.error for o in outcomes if o.error] + [e.broken for e in episodes if e.broken]
+    conv.prompts = [tokenizer.decode(s[0], skip_special_tokens=False) for s in samples]
     return conv, torch.tensor(keep, dtype=torch.float32), metrics

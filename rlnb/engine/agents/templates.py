@@ -161,9 +161,10 @@ def check_agent_task(task, tokenizer, config) -> None:
     the trainer is built: the environment is the task itself, and the template has a generation
     prompt and is prefix-preserving on the task's conversation shapes (``probe_conversations``,
     default ``PROBE_CONVERSATIONS``), unless ``task.prefix_check`` is False."""
-    if config.env.name != "task":
-        raise ValueError(f"env.name={config.env.name!r}: task {task.name!r} runs its own agent "
-                         "episodes; use env.name=task")
+    env = getattr(getattr(config, "env", None), "name", "task")
+    if env != "task":
+        raise ValueError(f"env.name={env!r}: task {task.name!r} runs its own agent episodes; use "
+                         "env.name=task")
     if getattr(task, "prefix_check", True):
         check_before_training(tokenizer, getattr(task, "probe_conversations", None),
                               getattr(task, "tools", None))

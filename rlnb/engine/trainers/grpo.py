@@ -43,8 +43,9 @@ from rlnb.engine.runtime.timing import timer
 from rlnb.engine.trainers.advantage_inputs import filtered_sample_mask, shaped_rewards
 from rlnb.engine.trainers.base import ROLLOUT_STAGE, Trainer, expect_batch
 from rlnb.engine.trainers.collector import AsyncLoopConfig
+from rlnb.engine.trainers.funnel import sample_funnel
 from rlnb.engine.trainers.loop_config import FOLDED_KEYS, LoopConfig, registered_estimator
-from rlnb.engine.trainers.views import CLIP_PANEL, KL_PANEL, REWARD_PANEL, Stage
+from rlnb.engine.trainers.views import CLIP_PANEL, FUNNEL_PANEL, KL_PANEL, REWARD_PANEL, Stage
 
 
 class GRPOEstimatorConfig(AdvEstimatorConfig):
@@ -139,6 +140,7 @@ class GRPOTrainer(Trainer):
         ("stage timings (s)", (
             "timing/train/generation", "timing/train/policy_and_reference_logprobs",
             "timing/train/advantage_calculation", "timing/train/policy_training")),
+        FUNNEL_PANEL,
     )
 
     # ------------------------------------------------------------------ stage 1: rollout
@@ -175,6 +177,10 @@ class GRPOTrainer(Trainer):
             advantages = clip_advantages(advantages, loop.advantage_clip_low,
                                          loop.advantage_clip_high)
         metrics.update(advantage_metrics(advantages, batch.token_mask, baseline, sample_mask))
+        funnel = sample_funnel(batch.group, batch.rewards, batch.truncated, batch.token_mask,
+                               sample_mask, advantages, batch.reward_components.get("format"))
+        world = self.dist.world_size  # every rank's rows: the sum is the mean times W
+        metrics.update({k: v * world for k, v in self.dist.mean_dict(funnel).items()})
         metrics["timing/train/advantage_calculation"] = elapsed()
         return AdvantageBatch(batch, est_cfg.name, rewards, baseline, std,
                               advantages.contiguous(), sample_mask, metrics)

@@ -71,14 +71,16 @@ def sample_and_score(inputs: RolloutInputs, generator, rows: list[dict[str, Any]
     ``RolloutBatch`` whose ``prev_logprobs`` and ``reference_logprobs`` are None (they need the
     policy: ``add_logprobs``)."""
     rep_rows = [r for r in rows for _ in range(generations)]
-    prompts = [format_prompt(r, inputs.tokenizer, inputs.chat_template) for r in rep_rows]
-    extra: dict[str, float] = {}
-    sample_mask = torch.ones(len(prompts))
     agent = getattr(inputs.task, "agent", None)
+    prompts = [format_prompt(r, inputs.tokenizer, inputs.chat_template) for r in rep_rows
+               ] if agent is None else []
+    extra: dict[str, float] = {}
+    sample_mask = torch.ones(len(rep_rows))
     if agent is not None:  # the task's agent code drives the turns (agents/rollouts.py)
         conv, sample_mask, agent_metrics = sample_agent_episodes(
             agent, generator, inputs.tokenizer, rep_rows, max_turns=inputs.max_rollout_turns,
             max_new_tokens=inputs.max_new_tokens, max_total_length=inputs.max_total_length)
+        prompts = conv.prompts  # the agent's first request, as the template rendered it
         gens, rewards, generated = conv.generations, conv.rewards, conv.token_mask
         t_gen, t_reward = conv.seconds_generation, conv.seconds_environment
         extra.update(agent_metrics, **{"train/mean_turns": float(conv.turns.float().mean())})

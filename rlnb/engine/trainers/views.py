@@ -102,3 +102,6 @@ def check_stages(cls: type) -> None:
 REWARD_PANEL: PanelSpec = ("reward (mean ± 2 s.e. over prompts)", ("train/reward",))
 KL_PANEL: PanelSpec = ("KL penalty", ("train/kl_penalty",))
 CLIP_PANEL: PanelSpec = ("clip fraction", ("train/clip_fraction",))
+# where a step's rows went (funnel.py): generated, then those that reached the gradient
+FUNNEL_PANEL: PanelSpec = ("sample funnel (rows)", (
+    "funnel/generated", "funnel/no_signal", "funnel/filtered", "funnel/trained"))

@@ -88,7 +88,8 @@ def warm_start_key(trainer, cfg: SFTConfig) -> str:
         config.data, cfg.model_copy(update={"cache": True}), loop.seed,
         trainer.policy.device.type,  # CPU and GPU kernels round differently
         # probe accuracy goes through the environment only in multi-turn rollouts
-        [turns, getattr(config, "env", None)] if turns > 1 else None,
+        [turns, config.env.model_dump(mode="json") if getattr(config, "env", None) else None]
+        if turns > 1 else None,
     ]
     data = getattr(trainer.task, "fingerprint", None)
     if data is not None:  # a user's rows and reward functions: not all of them are in the config

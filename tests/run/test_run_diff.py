@@ -1,0 +1,67 @@
+"""`rlnb diff`: two real runs side by side, their differing keys and the comparability warning;
+bad input in one line, exit 2."""
+
+import subprocess
+import sys
+
+import pytest
+from paths import ROOT
+
+from rlnb.run.config.master_config import load_config
+from rlnb.run.experiments.run_diff import diff_runs
+from rlnb.run.training.session import TrainingRun
+
+QUIET = ["grpo.val_period=0", "grpo.val_at_start=false", "grpo.val_at_end=false"]
+
+
+def make_run(path, overrides, steps=2):
+    run = TrainingRun(load_config(None, [*QUIET, *overrides], preset="fast"), run_dir=path)
+    list(run.steps(steps))
+    run.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("diff")
+    return (make_run(root / "a", []), make_run(root / "b", ["policy.optimizer.lr=1e-3"], 3),
+            make_run(root / "c", ["data.name=reverse"]))
+
+
+def test_two_runs_of_one_task_differ_in_the_key_that_was_changed(runs):
+    a, b, _ = runs
+    diff = diff_runs(a, b)
+    assert [k for k, _, _ in diff.config] == ["policy.optimizer.lr"]
+    assert diff.config[0][1:] == (3e-4, 1e-3) and diff.warnings == [] and diff.steps == (2, 3)
+    keys = [k for k, _, _ in diff.metrics]
+    assert "train/reward" in keys and "funnel/trained" in keys
+    steps, values = diff.curves("train/reward")[1]
+    assert steps == [1, 2, 3] and len(values) == 3
+    assert any(stage == "generation" for stage, _, _ in diff.timing)
+    text = diff.text()
+    assert "config: 1 keys differ:" in text and "policy.optimizer.lr: 0.0003 -> 0.001" in text
+
+
+def test_runs_of_different_tasks_are_flagged_not_comparable(runs):
+    a, _, c = runs
+    diff = diff_runs(a, c)
+    assert diff.warnings and diff.warnings[0].startswith("not comparable")
+    assert "data.name" in diff.warnings[0]
+
+
+def test_the_cli_prints_the_diff_and_refuses_a_folder_that_is_no_run(runs, tmp_path):
+    a, b, _ = runs
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "rlnb.cli", "diff", *map(str, args)],
+                              cwd=ROOT, capture_output=True, text=True)
+
+    ok = cli(a, b)
+    assert ok.returncode == 0 and "policy.optimizer.lr" in ok.stdout and ok.stderr == ""
+    bad = cli(a, tmp_path)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip() == f"rlnb diff: {tmp_path}: no config.yaml (not an rlnb run directory)"
+    (tmp_path / "config.yaml").write_text("a: [unclosed\n")
+    bad = cli(a, tmp_path)
+    assert bad.returncode == 2 and "config.yaml: not YAML" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
