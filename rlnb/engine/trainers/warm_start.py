@@ -286,8 +286,8 @@ def _warm_start(trainer, cfg: SFTConfig, params, *, progress: bool, log) -> dict
         "probe_accuracy": accuracy,
         "seconds": time.perf_counter() - start,
     }
-    log(
-        f"warm start: {steps} SFT steps in {info['seconds']:.1f}s, loss {info['final_loss']:.3f}, "
-        f"probe accuracy {accuracy:.2f}"
-    )
+    probed = (f"probe accuracy {accuracy:.2f}" if cfg.stop_at_accuracy is not None
+              else "no probe (sft.stop_at_accuracy: null)")
+    log(f"warm start: {steps} SFT steps in {info['seconds']:.1f}s, loss {info['final_loss']:.3f}, "
+        f"{probed}")
     return info
