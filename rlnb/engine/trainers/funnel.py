@@ -9,9 +9,10 @@ the filters removed the rows. The funnel says which, step by step (``funnel/*`` 
 ``docs/metrics.md``; ``rlnb.run.training.funnel.step_funnel`` prints it for a run directory).
 
 Implementation choices:
-1) Counts are rows (sequences), over every rank; ``trained`` counts rows whose advantage is
-   nonzero on at least one generated token and whose sample mask is 1: what carries gradient
-   in the policy-gradient term (the KL term, when on, reaches every kept row).
+1) Counts are rows (sequences) of this process (rank 0's when several run: the stage makes no
+   collective call, so a notebook may call it on one rank); ``trained`` counts rows whose
+   advantage is nonzero on at least one generated token and whose sample mask is 1: what
+   carries gradient in the policy-gradient term (the KL term, when on, reaches every kept row).
 2) *No signal* is read from the raw rewards (before scaling and shaping): a group of equal
    rewards has zero advantages under any group baseline.
 3) *Format failed* is counted where the task reports a ``format`` component (0 for a response
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import torch
 
+from rlnb.engine.trainers.rollout import signal_per_group
+
 
 def sample_funnel(group: torch.Tensor, raw_rewards: torch.Tensor, truncated: torch.Tensor,
                   token_mask: torch.Tensor, sample_mask: torch.Tensor, advantages: torch.Tensor,
@@ -36,11 +39,8 @@ def sample_funnel(group: torch.Tensor, raw_rewards: torch.Tensor, truncated: tor
         token_mask: ``[B, S]`` 1 on generated tokens; sample_mask: ``[B]`` after the filters;
         advantages: ``[B, S]``; format_ok: ``[B]`` the ``format`` component, if the task has one.
     """
-    ids, index = group.unique(return_inverse=True)  # [P], [B]
-    r = raw_rewards.double()
-    hi = torch.full((len(ids),), -torch.inf, dtype=r.dtype).scatter_reduce(0, index, r, "amax")
-    lo = torch.full((len(ids),), torch.inf, dtype=r.dtype).scatter_reduce(0, index, r, "amin")
-    signal = (hi > lo)[index]  # [B]: the row's group has unequal rewards (choice 2)
+    per_group, index = signal_per_group(group, raw_rewards)
+    signal = per_group[index]  # [B]: the row's group has unequal rewards (choice 2)
     kept = sample_mask > 0  # [B]
     carries = (advantages != 0) & (token_mask > 0)  # [B, S]
     trained = kept & carries.any(dim=1)  # [B] (choice 1)

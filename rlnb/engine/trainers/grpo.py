@@ -177,10 +177,9 @@ class GRPOTrainer(Trainer):
             advantages = clip_advantages(advantages, loop.advantage_clip_low,
                                          loop.advantage_clip_high)
         metrics.update(advantage_metrics(advantages, batch.token_mask, baseline, sample_mask))
-        funnel = sample_funnel(batch.group, batch.rewards, batch.truncated, batch.token_mask,
-                               sample_mask, advantages, batch.reward_components.get("format"))
-        world = self.dist.world_size  # every rank's rows: the sum is the mean times W
-        metrics.update({k: v * world for k, v in self.dist.mean_dict(funnel).items()})
+        metrics.update(sample_funnel(batch.group, batch.rewards, batch.truncated,
+                                     batch.token_mask, sample_mask, advantages,
+                                     batch.reward_components.get("format")))
         metrics["timing/train/advantage_calculation"] = elapsed()
         return AdvantageBatch(batch, est_cfg.name, rewards, baseline, std,
                               advantages.contiguous(), sample_mask, metrics)
