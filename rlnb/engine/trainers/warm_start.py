@@ -78,6 +78,8 @@ def warm_start_key(trainer, cfg: SFTConfig) -> str:
     for key, off in (("fill_context", False), ("stop_token_ids", None)):
         if policy["generation"].get(key) == off:  # off, as before the option: caches stay valid
             del policy["generation"][key]
+    if not policy["tiny"].get("chat_template", True):  # the same: the tiny template while off
+        del policy["tiny"]["chat_template"]
     parts = [
         # the RL loop's optimizer and batch sizes never touch the warm start
         # nor do LoRA adapters: the warm start trains the base with them off (lora.py)
