@@ -5,5 +5,6 @@ in-process OpenAI-compatible client, recorded token for token into training samp
 reads tool calls in a template's convention; ``sampler.py`` batches completions on the policy's
 generator; ``episode.py`` records one episode and stitches it into a sample; ``client.py`` is the
 OpenAI-shaped client; ``rollouts.py`` runs a batch of episodes of a user's agent code;
-``openenv.py`` adapts reset/step environments; ``inspector.py`` shows turn N against turn N+1.
+``agent_task.py`` makes a user's agent code (or a reset/step environment, ``openenv_agent``) a
+task; ``inspector.py`` shows turn N against turn N+1.
 """

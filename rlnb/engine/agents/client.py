@@ -30,7 +30,6 @@ Implementation choices:
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -118,7 +117,8 @@ class Sampling:
 
     def __init__(self, source=None, *, generator=None, tokenizer=None,
                  max_total_length: int | None = None, max_new_tokens: int | None = None,
-                 submit=None, episode: Episode | None = None, model: str = "rlnb-policy"):
+                 submit=None, episode: Episode | None = None, model: str = "rlnb-policy",
+                 sampler: PolicySampler | None = None):
         if source is not None:  # a trainer: its generator, tokenizer and limits
             generator = generator or source.generator
             tokenizer = tokenizer or source.policy.tokenizer
@@ -136,8 +136,8 @@ class Sampling:
             self.temperature = getattr(gen_cfg, "temperature", None)
             self.top_p = getattr(gen_cfg, "top_p", None)
         self.tokenizer, self.model, self.episode = tokenizer, model, episode
-        self.sampler = PolicySampler(generator, tokenizer, max_total_length or 10**9,
-                                     max_new_tokens or 10**9)
+        self.sampler = sampler or PolicySampler(generator, tokenizer, max_total_length or 10**9,
+                                                max_new_tokens or 10**9)
         self.submit = submit or self.sampler.sample_one
         self.convention = convention_of(tokenizer)
         self.calls = 0
@@ -246,7 +246,3 @@ class AsyncLocalOpenAI(LocalOpenAI):
 
     completions_class = AsyncCompletions
 
-
-def tool_call_arguments(call) -> dict:
-    """A tool call's arguments as a dict (``call.function.arguments`` is JSON text)."""
-    return json.loads(call.function.arguments)

@@ -140,18 +140,16 @@ async def run_episodes(agent: Callable, rows: list[dict], sampler: PolicySampler
         try:
             if is_async:
                 client = AsyncLocalOpenAI(generator=sampler.generator, tokenizer=tokenizer,
-                                          episode=episode)
-                client.sampling.sampler = sampler
-                client.sampling.submit = limited(episode, batcher.submit)
+                                          episode=episode, sampler=sampler,
+                                          submit=limited(episode, batcher.submit))
                 value = await agent(client, rows[i])
             else:
                 def submit_from_thread(request: Request):
                     return asyncio.run_coroutine_threadsafe(
                         wait_for(batcher.submit, request), loop).result()
                 client = LocalOpenAI(generator=sampler.generator, tokenizer=tokenizer,
-                                     episode=episode)
-                client.sampling.sampler = sampler
-                client.sampling.submit = limited(episode, submit_from_thread)
+                                     episode=episode, sampler=sampler,
+                                     submit=limited(episode, submit_from_thread))
                 value = await loop.run_in_executor(pool, agent, client, rows[i])
             return Outcome(reward_of(value, where), "ok")
         except (TurnLimitReached, ContextLengthExceeded) as err:
@@ -242,6 +240,5 @@ def sample_agent_episodes(agent: Callable, generator, tokenizer, rows: list[dict
                                 truncated, texts),
         token_mask=token_mask, rewards=Rewards(total, components, correct), turns=turns,
         seconds_generation=batcher.seconds, seconds_environment=seconds - batcher.seconds)
-    conv.errors = [o.error for o in outcomes if o.error] + [e.broken for e in episodes if e.broken]
     conv.prompts = [tokenizer.decode(s[0], skip_special_tokens=False) for s in samples]
     return conv, torch.tensor(keep, dtype=torch.float32), metrics
