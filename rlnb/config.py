@@ -179,6 +179,9 @@ def apply_overrides(data: dict, overrides: Sequence[str],
             child = node.get(part)
             if child is None:
                 child = node[part] = {}
+            if isinstance(child, list):
+                raise ValueError(f"override {item!r}: {part!r} is a list of {len(child)} "
+                                 f"here, not a section: give the whole list ({part}=[...])")
             if not isinstance(child, dict):
                 raise ValueError(f"override {item!r}: {part!r} is a value, not a section")
             node = child

@@ -10,8 +10,11 @@ Each YAML under examples/configs (evals and the non-config files left out) is re
 loop: ``sft``, ``distillation``, ``rm``, kept as one-line refusals). A GRPO, PPO or DPO config is
 then loaded as the docs tell a user to load it: ``rlnb.load_config(path, OVERRIDES[loop],
 ignore_unsupported=True)``, the overrides pointing it at a model and data one has. The script
-prints, per loop, how many load, the sections ignored most often, and each refusal with its
-reason, counted over the files.
+prints, per loop, how many load (and apart: the text models' configs, and the vision-language
+recipes under recipes/vlm, whose models rlnb cannot train), the sections ignored most often, and
+each refusal with its reason, counted over the files. A file that rolls out through NeMo-Gym
+(``env.should_use_nemo_gym``) also gets ``env.should_use_nemo_gym=false``: NeMo-RL's own switch
+to train on one's own data.
 """
 
 from __future__ import annotations
@@ -54,19 +57,42 @@ def loop_of(path: Path) -> str:
     return "none"
 
 
+def data_of(path: Path) -> dict:
+    from rlnb.run.config.nemo.reader import read_nemo_yaml
+
+    data = read_nemo_yaml(path).get("data")
+    return data if isinstance(data, dict) else {}
+
+
+def uses_nemo_gym(path: Path) -> bool:
+    """Whether the file rolls out through NeMo-Gym (``env.should_use_nemo_gym``)."""
+    from rlnb.run.config.nemo.reader import read_nemo_yaml
+
+    env = read_nemo_yaml(path).get("env")
+    return isinstance(env, dict) and bool(env.get("should_use_nemo_gym"))
+
+
 def measure(path: Path, loop: str) -> tuple[bool, dict, dict, int]:
     """(loaded, ignored {key: note}, refused {key: reason}, lines of the ignored listing)."""
     import rlnb
     from rlnb.run.config.nemo.report import group_lines
     from rlnb.run.config.nemo.translate import translate_file
 
-    ignored, refused, roots = translate_file(path, OVERRIDES.get(loop, []))
+    overrides = list(OVERRIDES.get(loop, []))
+    if loop != "dpo" and isinstance(data_of(path).get("train"), list):  # several data sets:
+        overrides = [o for o in overrides if not o.startswith("data.train.")]  # one's own, one
+        overrides.append("data.train=[{" + ", ".join(
+            o.removeprefix("data.train.").replace("=", ": ") for o in OVERRIDES[loop]
+            if o.startswith("data.train.")) + "}]")
+    if uses_nemo_gym(path):  # as in NeMo-RL: one's own data runs on the native path
+        overrides.append("env.should_use_nemo_gym=false")
+    ignored, refused, roots = translate_file(path, overrides)
     if refused:
         return False, ignored, refused, 0
     try:
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
-            rlnb.load_config(path, OVERRIDES[loop], ignore_unsupported=True)
+            rlnb.load_config(path, overrides, ignore_unsupported=True)
     except (ValueError, TypeError) as err:
         return False, ignored, {"(config check)": " ".join(str(err).split())}, 0
     return True, ignored, {}, len(group_lines(ignored, roots))
@@ -106,6 +132,9 @@ def main(argv=None) -> int:
         for path in by_loop.get(loop, []):
             ok, ignored, refused, lines = measure(path, loop)
             loaded[loop] += ok
+            kind = "vision" if "vlm" in path.relative_to(configs).parts else "text"
+            loaded[kind, "files"] += 1
+            loaded[kind, "load"] += ok
             if ok:
                 listing.append(lines)
             for key, why in refused.items():
@@ -117,6 +146,8 @@ def main(argv=None) -> int:
 def print_report(by_loop, loaded, listing, reasons, *, markdown):
     rows = [(loop, len(by_loop.get(loop, [])), loaded[loop]) for loop in ("grpo", "ppo", "dpo")]
     rows.append(("all three", sum(r[1] for r in rows), sum(r[2] for r in rows)))
+    rows.append(("text models", loaded["text", "files"], loaded["text", "load"]))
+    rows.append(("recipes/vlm", loaded["vision", "files"], loaded["vision", "load"]))
     others = {k: len(v) for k, v in sorted(by_loop.items()) if k not in ("grpo", "ppo", "dpo")}
     refusals = sorted(reasons.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     if markdown:
@@ -135,7 +166,7 @@ def print_report(by_loop, loaded, listing, reasons, *, markdown):
         return
     print(f"{'loop':12s} {'files':>6} {'load':>6}")
     for loop, n, ok in rows:
-        print(f"{loop:12s} {n:6d} {ok:6d}")
+        print(f"{loop:12s} {n:6d} {ok:6d}  {100 * ok / max(n, 1):5.1f}%")
     print(f"\nother files: {others}")
     if listing:
         print(f"ignored keys listed in {min(listing)}-{max(listing)} lines per loaded file")

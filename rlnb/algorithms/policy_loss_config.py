@@ -79,9 +79,9 @@ class ClippedPGLossConfig(Config):
     def _compatible(self) -> ClippedPGLossConfig:
         choose(KL_ESTIMATORS, self.reference_policy_kl_type, "reference_policy_kl_type")
         problems = []
-        if self.ratio_clip_min >= 1:
-            problems.append(f"ratio_clip_min must be < 1 (the lower clip 1 - ratio_clip_min "
-                            f"would be <= 0 and never bind), got {self.ratio_clip_min}")
+        if self.ratio_clip_min > 1:
+            problems.append(f"ratio_clip_min must be <= 1 (the lower clip 1 - ratio_clip_min "
+                            f"would be below 0; 1 means no lower clip), got {self.ratio_clip_min}")
         if self.sequence_level_importance_ratios and self.token_level_loss:
             problems.append("sequence_level_importance_ratios needs token_level_loss=False")
         if self.use_cispo:

@@ -21,11 +21,14 @@ Implementation choices (names as in NeMo-RL):
    initial version v0, else ``[v + 1, …, v + a]``. ``next_target`` returns the first one above
    the watermark ``last_target_weight_already_generated``, not being generated right now (a set
    the caller owns, passed in) and still short of P valid entries.
-3) ``sample`` first evicts entries older than the window (v < max(0, c − a)), then stalls
+3) ``sample`` (NeMo-RL's ``in_order``) first evicts entries older than the window
+   (v < max(0, c − a)), then stalls
    (returns ``None``) unless at least n entries are valid for c *and* at least n are meant for c;
    it never borrows another step's entries. It takes the first n intended entries in insertion
    order (FIFO), removes them, reports ``avg_trajectory_age = c − mean(v)`` and raises the
    watermark to ``max(old, c)``. The watermark moves only on a sample, never on ``add``.
+   ``sample_window`` (NeMo-RL's single-controller ``windowed`` sampler) evicts the same way
+   and takes the first n entries valid for c whatever their target (or the freshest first).
 4) ``restore`` (resuming at step s): drop entries too old for their own target, drop targets
    below s, optionally drop targets holding fewer than P entries, truncate to capacity keeping the
    lowest targets (ties: oldest first, order kept), and set the watermark to s − 1 so the
@@ -238,6 +241,34 @@ class ReplayBuffer:
             avg_trajectory_age=c - sum(versions) / len(versions),
         )
 
+    def sample_window(
+        self, num_prompt_groups: int, *, current_weight_version: int, max_age_steps: int,
+        freshest_first: bool = False,
+    ) -> SampledGroups | None:
+        """NeMo-RL's ``windowed`` sampler: take any ``num_prompt_groups`` groups made by
+        weights in ``[c − a, c]``, whatever step they were generated for, or stall.
+
+        Evicts older entries first; takes them in insertion order (``freshest_first``: the
+        smallest lag c − v first, ties in insertion order). The watermark is not used.
+        """
+        if num_prompt_groups < 1:
+            raise ValueError(f"num_prompt_groups must be >= 1, got {num_prompt_groups}")
+        c = current_weight_version
+        v_min = max(0, c - max_age_steps)
+        self.entries = [e for e in self.entries if e.weight_version >= v_min]  # eviction
+        valid = [i for i, e in enumerate(self.entries) if e.weight_version <= c]
+        if len(valid) < num_prompt_groups:
+            return None
+        if freshest_first:
+            valid.sort(key=lambda i: (c - self.entries[i].weight_version, i))
+        chosen = valid[:num_prompt_groups]
+        picked = [self.entries[i] for i in chosen]
+        taken = set(chosen)
+        self.entries = [e for i, e in enumerate(self.entries) if i not in taken]
+        versions = [e.weight_version for e in picked]
+        return SampledGroups(groups=[e.group for e in picked], weight_versions=versions,
+                             avg_trajectory_age=c - sum(versions) / len(versions))
+
     # --- checkpointing
 
     def state_dict(self) -> dict[str, Any]:
@@ -258,11 +289,14 @@ class ReplayBuffer:
         num_prompts_per_step: int,
         max_age_steps: int | None,
         drop_incomplete_targets: bool = False,
+        window: bool = False,
     ) -> None:
         """Load ``state`` (from ``state_dict``) for resuming training at ``resume_step``.
 
         Keeps this buffer's ``max_size`` (the current config wins over the checkpoint's);
-        ``max_age_steps=None`` skips the age rule.
+        ``max_age_steps=None`` skips the age rule. ``window`` (the windowed sampler): targets
+        do not matter; an entry stays while some step from ``resume_step`` on may take it
+        (v ≥ s − a), oldest dropped first beyond ``max_size``.
         """
         keys = ("groups", "weight_versions", "target_weight_versions")
         missing = [k for k in keys if k not in state]
@@ -272,6 +306,12 @@ class ReplayBuffer:
             lengths = ", ".join(f"{k}={len(state[k])}" for k in keys)
             raise ValueError(f"replay buffer state has lists of different lengths: {lengths}")
         entries = [ReplayEntry(*x) for x in zip(*(state[k] for k in keys), strict=True)]
+        if window:
+            if max_age_steps is not None:
+                entries = [e for e in entries if e.weight_version >= resume_step - max_age_steps]
+            self.entries = entries[-self.max_size:]  # the newest when over capacity
+            self.last_target_weight_already_generated = resume_step - 1
+            return
 
         # Age first: a target that looked complete may lose stale entries and become incomplete.
         entries = [

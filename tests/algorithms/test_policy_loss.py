@@ -413,20 +413,33 @@ def test_empty_batch_raises(shape):
                         global_valid_toks=1, reference_policy_kl_penalty=0.0)
 
 
-def test_unknown_kl_type_and_lower_clip_of_one_are_refused():
+def test_unknown_kl_type_and_lower_clip_above_one_are_refused():
     c, p, q, ref, A, tm, sm = random_batch()
     with pytest.raises(ValueError, match="unknown reference_policy_kl_type 'k4'"):
         run({"reference_policy_kl_type": "k4"}, c, p, q, ref, A, tm, sm)
     with pytest.raises(ValueError, match="unknown reference_policy_kl_type 'k4'"):
         clipped_pg_loss(c, p, q, A, tm, sm, global_valid_seqs=4, global_valid_toks=10,
                         reference_logprobs=ref, reference_policy_kl_type="k4")
-    # ratio_clip_min >= 1 would make the lower clip 1 - ε <= 0, i.e. no lower clip at all.
-    for eps in (1.0, 1.5):
-        with pytest.raises(ValueError, match=rf"ratio_clip_min must be < 1.*got {eps}"):
+    # ratio_clip_min > 1 would put the lower clip 1 - ε below 0 (a typo, never a setting)
+    for eps in (1.5, 2.0):
+        with pytest.raises(ValueError, match=rf"ratio_clip_min must be <= 1.*got {eps}"):
             ClippedPGLossConfig(ratio_clip_min=eps)
-        with pytest.raises(ValueError, match="loss_fn: ratio_clip_min must be < 1"):
+        with pytest.raises(ValueError, match="loss_fn: ratio_clip_min must be <= 1"):
             ClippedPGLossFn({"ratio_clip_min": eps})
-    ClippedPGLossConfig(ratio_clip_min=0.99)
+
+
+def test_lower_clip_of_one_means_none_as_in_cispo_recipes():
+    """ε_lo = 1 (NeMo-RL's CISPO recipe): the weight sg(clamp(ρ, 0, 1 + ε_hi)) keeps every ratio
+    below 1 as it is; only the upper clip binds."""
+    c, p, q, ref, A, tm, sm = random_batch(dtype=torch.float64)
+    cfg = {"use_cispo": True, "ratio_clip_min": 1.0, "ratio_clip_max": 0.1,
+           "reference_policy_kl_penalty": 0.0}
+    loss, _ = run(cfg, c, p, q, ref, A, tm, sm)
+    rho = torch.exp(c - p)
+    assert (rho < 0.5).any()  # ratios the default lower clip (0.8) would have lifted
+    M = tm * sm[:, None]
+    want = (-A * rho.clamp(max=1.1) * c * M).sum() / M.sum()
+    torch.testing.assert_close(loss, want)
 
 
 def test_reinforce_without_ratio_is_minus_advantage_times_logprob():

@@ -198,6 +198,38 @@ def test_sample_stalls_with_too_few_valid_and_evicts_anyway():
         buf.sample(0, current_weight_version=3, max_age_steps=1)
 
 
+def test_sample_window_takes_any_target_in_the_weight_window():
+    """NeMo-RL's windowed sampler: step c takes the first n groups made by weights c − a … c,
+    whatever step they were generated for; older ones are evicted, newer ones wait."""
+    buf = ReplayBuffer(100)
+    fill(buf, [("old", 0, 0), ("a", 1, 1), ("b", 2, 5), ("c", 1, 2), ("d", 2, 2), ("e", 3, 3)])
+    out = buf.sample_window(2, current_weight_version=2, max_age_steps=1)
+    assert out.groups == ["a", "b"] and out.weight_versions == [1, 2]  # b's target is 5
+    assert out.avg_trajectory_age == 0.5
+    assert [e.group for e in buf.entries] == ["c", "d", "e"]  # "old" (v 0 < 2 − 1) evicted
+    assert buf.last_target_weight_already_generated == -1  # the watermark is in_order's
+    # freshest first: the smallest lag c − v, ties in insertion order
+    out = buf.sample_window(2, current_weight_version=2, max_age_steps=1, freshest_first=True)
+    assert out.groups == ["d", "c"] and out.avg_trajectory_age == 0.5
+    assert buf.sample_window(2, current_weight_version=3, max_age_steps=1) is None  # only "e"
+    assert [e.group for e in buf.entries] == ["e"]
+    with pytest.raises(ValueError, match="num_prompt_groups must be >= 1"):
+        buf.sample_window(0, current_weight_version=3, max_age_steps=1)
+
+
+def test_restore_window_keeps_what_a_later_step_may_take():
+    src = ReplayBuffer(100)
+    fill(src, [("too old", 2, 3), ("a", 3, 1), ("b", 4, 9), ("c", 5, 6)])
+    buf = ReplayBuffer(100)
+    buf.restore(src.state_dict(), resume_step=5, num_prompts_per_step=2, max_age_steps=2,
+                window=True)
+    assert [e.group for e in buf.entries] == ["a", "b", "c"]  # v >= 5 − 2; targets ignored
+    buf = ReplayBuffer(2)  # over capacity: the newest stay
+    buf.restore(src.state_dict(), resume_step=5, num_prompts_per_step=2, max_age_steps=2,
+                window=True)
+    assert [e.group for e in buf.entries] == ["b", "c"]
+
+
 # --- restore
 
 

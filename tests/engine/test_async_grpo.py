@@ -71,6 +71,11 @@ def no_threads_left():
     (["grpo.async_grpo.enabled=false", "grpo.async_grpo.max_trajectory_age_steps=2"],
      "grpo.async_grpo.* settings need grpo.async_grpo.enabled"),
     (["grpo.async_grpo.collector_threads=0"], "collector_threads"),
+    (["grpo.async_grpo.max_buffered_rollouts=64"], "max_buffered_rollouts is read by "
+                                                    "sampler=windowed only"),
+    (["grpo.async_grpo.sample_freshest_first=true"], "sample_freshest_first is read by"),
+    (["grpo.async_grpo.sampler=windowed", "grpo.async_grpo.max_buffered_rollouts=3"],
+     "max_buffered_rollouts=3 < grpo.num_prompts_per_step"),
 ])
 def test_bad_async_configs_fail_at_load_naming_the_key(overrides, message):
     with pytest.raises(ValueError, match="invalid config") as err:
@@ -139,6 +144,41 @@ def test_groups_are_at_most_a_steps_old_and_made_by_the_weights_they_are_tagged_
                 diff = ((batch.prev_logprobs[rows] - gen) * m).abs().max()
                 assert diff > 1e-3, (c, v, float(diff))
     assert stale >= 3  # with a = 2 most steps train on groups made before the last update
+
+
+def test_windowed_sampler_runs_ahead_and_takes_any_group_young_enough(no_threads_left):
+    """sampler: windowed (NeMo-RL's single controller): generation is held back only by the
+    buffer's room, not to a steps ahead; a step takes P groups made by weights at most a
+    steps old, whichever step they were generated for."""
+    cfg = config("grpo.async_grpo.sampler=windowed")
+    P = cfg.grpo.num_prompts_per_step
+    t = with_rewards(AsyncGRPOTrainer(config("grpo.async_grpo.sampler=windowed",
+                                             f"grpo.async_grpo.max_buffered_rollouts={3 * P}")))
+    assert t.buffer.max_size == 3 * P
+    try:
+        for c in range(2):
+            batch = t.rollout()
+            assert batch.step == c and len(batch.weight_versions) == len(batch)
+            assert ((c - batch.weight_versions) >= 0).all()
+            assert ((c - batch.weight_versions) <= 1).all()
+            t.update(t.compute_advantages(batch))
+        col = t.collector
+        with col.cond:  # the collector fills the buffer's room with the stream's next batches
+            assert col.cond.wait_for(lambda: len(col.buffer) == 3 * P, timeout=120)
+            targets = {e.target_weight_version for e in col.buffer.entries}
+        # in order (a = 1), weights of step 2 could make batches 2 and 3 at most
+        assert max(targets) >= t.step_count + 2, targets
+    finally:
+        t.close()
+    # a resume keeps the groups a later step may take, and generates on after the last batch
+    files = t.checkpoint_files()
+    t2 = AsyncGRPOTrainer(config("grpo.async_grpo.sampler=windowed",
+                                 f"grpo.async_grpo.max_buffered_rollouts={3 * P}"))
+    t2.step_count = t.step_count
+    t2.load_checkpoint_files(files)
+    assert t2.collector.next_batch == files["replay_buffer"]["next_batch"] == max(targets) + 1
+    assert [e.weight_version for e in t2.buffer.entries] == [
+        v for v in files["replay_buffer"]["weight_versions"] if v >= t.step_count - 1]
 
 
 @pytest.mark.smoke

@@ -179,6 +179,39 @@ def test_target_modules_and_dropout_reach_peft():
     assert not any("down_proj" in n for n in adapter_params(t.policy.model))
 
 
+def test_wildcards_match_full_module_names_as_automodel_does():
+    """NeMo-RL's YAMLs write Automodel's wildcards ('*out_proj*', '*_proj'): over full names."""
+    t = trainer("policy.lora.match_all_linear=false", "policy.lora.target_modules=['*self_attn.*_proj']")
+    names = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in adapter_params(t.policy.model)}
+    assert names == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    t = trainer("policy.lora.exclude_modules=['*mlp*']")  # all linear layers but the MLP's
+    names = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in adapter_params(t.policy.model)}
+    assert names == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    t = trainer("policy.lora.exclude_modules=['*out_proj*']")  # matches nothing: all adapted
+    assert len(adapter_params(t.policy.model)) == 14
+    with pytest.raises(ValueError, match=r"policy.lora.target_modules: the pattern '\*qkv\*' "
+                       "matches no module of LlamaForCausalLM"):
+        trainer("policy.lora.match_all_linear=false", "policy.lora.target_modules=['*qkv*']")
+
+
+def test_xavier_start_of_a_is_normal_with_glorots_spread():
+    """lora_A_init: xavier draws A ~ N(0, 2 / (in + r)); kaiming (peft's) is uniform on
+    ±sqrt(6 / ((1 + 5) in)) = ±1/sqrt(in). B starts at 0 either way."""
+    def a_weights(init):
+        model = trainer(f"policy.lora.lora_A_init={init}", "policy.lora.dim=16").policy.model
+        return {n: p.detach() for n, p in model.named_parameters() if ".lora_A." in n}, model
+
+    xavier, model = a_weights("xavier")
+    kaiming, _ = a_weights("kaiming")
+    assert all(float(p.detach().abs().sum()) == 0 for n, p in model.named_parameters()
+               if ".lora_B." in n)
+    down = next(n for n in xavier if "down_proj" in n)  # in 64, r 16
+    assert xavier[down].std().item() == pytest.approx((2 / (64 + 16)) ** 0.5, rel=0.1)
+    assert kaiming[down].abs().max().item() <= 64 ** -0.5
+    assert xavier[down].abs().max().item() > 64 ** -0.5  # a normal's tails pass the bound
+    assert all(not torch.equal(xavier[n], kaiming[n]) for n in xavier)
+
+
 def test_warm_start_trains_the_base_and_shares_the_plain_runs_cache_entry():
     sft = ["sft.enabled=true", "sft.max_steps=8", "sft.stop_at_accuracy=null", "sft.cache=false"]
     plain = GRPOTrainer(load_config(None, sft, preset="fast"))

@@ -93,12 +93,12 @@ def test_master_config_from_a_nemo_dict_rlnb_fully_uses_translates_it():
 
 def test_master_config_refuses_a_key_rlnb_cannot_run_in_one_line():
     data = nemo_dict()
-    data["policy"]["dtensor_cfg"]["lora_cfg"]["enabled"] = True  # LoRA: refused by the reader
+    data["on_policy_distillation"] = {"enabled": True}  # no teacher models in rlnb's GRPO
     with pytest.raises(ValueError) as info:
         MasterConfig(**data)
     msg = str(info.value)
     assert "\n" not in msg and "rlnb.load_config(" in msg
-    assert "refuses 1 key(s) (policy.dtensor_cfg.lora_cfg." in msg
+    assert "refuses 1 key(s) (on_policy_distillation" in msg
 
 
 def test_master_config_of_rlnb_sections_is_unchanged():

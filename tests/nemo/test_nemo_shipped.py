@@ -29,7 +29,7 @@ from rlnb.engine.environments.dapo_verify import dapo_correct, normalise
 from rlnb.engine.models.backend import Generations, response_mask_and_truncation
 from rlnb.engine.models.context_budget import capped_to_context
 from rlnb.run.config.master_config import read_yaml
-from rlnb.run.config.nemo.reader import resolve_interpolations
+from rlnb.run.config.nemo.reader import resolve_interpolations, unset_env_keys
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +128,23 @@ def test_oc_env_reads_the_environment_with_its_default(monkeypatch):
     data = resolve_interpolations({"a": "${oc.env:RLNB_TEST_DIR}", "b": "${oc.env:NOPE_X,logs}",
                                    "c": "${oc.env:NOPE_X,${d}}", "d": 3, "e": "x/${oc.env:NOPE_X,y}"})
     assert data == {"a": "/data/run", "b": "logs", "c": 3, "d": 3, "e": "x/y"}
-    with pytest.raises(ValueError, match=r"a: environment variable NOPE_X is not set"):
-        resolve_interpolations({"a": "${oc.env:NOPE_X}"})
+    # unset without a default: kept as its text, as OmegaConf resolves lazily (an ignored key
+    # may hold it); a key rlnb uses is refused, naming the variable
+    unset = resolve_interpolations({"a": "${oc.env:NOPE_X}", "b": "${oc.env:NOPE_X}/venvs"})
+    assert unset == {"a": "${oc.env:NOPE_X}", "b": "${oc.env:NOPE_X}/venvs"}
+    assert unset_env_keys({"x": unset, "y": [1, unset["b"]]}) == {
+        "x.a": "${oc.env:NOPE_X}", "x.b": "${oc.env:NOPE_X}/venvs", "y.1": "${oc.env:NOPE_X}/venvs"}
+
+
+def test_an_unset_variable_blocks_only_a_key_rlnb_uses(assets, monkeypatch):
+    monkeypatch.delenv("NOPE_X", raising=False)
+    cfg = grpo_shaped(assets["model"], assets["data"])
+    cfg["logger"]["log_dir"] = "${oc.env:NOPE_X}/logs"  # ignored: loads
+    load(assets, cfg)
+    cfg["policy"]["model_name"] = "${oc.env:NOPE_X}"
+    with pytest.raises(ValueError, match=r"policy.model_name.*'\$\{oc.env:NOPE_X\}' needs an "
+                       "environment variable that is not set"):
+        load(assets, cfg, "unset.yaml")
 
 
 def test_the_response_budget_is_what_the_prompt_leaves():
@@ -318,13 +333,13 @@ def test_the_ppo_shaped_config_with_a_megatron_critic_trains(assets, tmp_path):
 
 def test_the_measuring_script_counts_a_checkout(assets, tmp_path):
     """tools/nemo_configs.py on a stand-in checkout: two GRPO files (one loads, one refused
-    for LoRA), a DPO file, an SFT file (a one-line refusal, not counted)."""
+    for on-policy distillation), a DPO file, an SFT file (a one-line refusal, not counted)."""
     configs = tmp_path / "RL" / "examples" / "configs"
     configs.mkdir(parents=True)
     write_yaml(configs / "grpo_math_1B.yaml", grpo_shaped("tiny", assets["data"]))
-    lora = grpo_shaped("tiny", assets["data"])
-    lora["policy"]["dtensor_cfg"]["lora_cfg"]["enabled"] = True
-    write_yaml(configs / "grpo_lora.yaml", lora)
+    opd = grpo_shaped("tiny", assets["data"])
+    opd["on_policy_distillation"] = {"enabled": True}
+    write_yaml(configs / "grpo_opd.yaml", opd)
     write_yaml(configs / "dpo.yaml", dpo_shaped("tiny", assets["pairs"]))
     (configs / "sft.yaml").write_text("sft: {max_num_steps: 1}\npolicy: {model_name: m}\n")
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "nemo_configs.py"),
@@ -332,17 +347,17 @@ def test_the_measuring_script_counts_a_checkout(assets, tmp_path):
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "| grpo | 2 | 1 | 50.0% |" in out.stdout and "| dpo | 1 | 1 | 100.0% |" in out.stdout
-    assert "| 1 | `policy.dtensor_cfg.lora_cfg.enabled` |" in out.stdout
+    assert "| 1 | `on_policy_distillation` |" in out.stdout
     assert "sft 1" in out.stdout
 
 
 def test_every_refusal_of_a_file_comes_in_one_message(assets):
     """The reader's refusals and rlnb's own checks of the rest, together: one run, one list."""
     cfg = grpo_shaped(assets["model"], assets["data"])
-    cfg["loss_fn"]["ratio_clip_min"] = 1.0  # rlnb's own rule: the lower clip would never bind
+    cfg["loss_fn"]["ratio_clip_min"] = 1.5  # rlnb's own rule: a lower clip below 0
     cfg["policy"]["generation"]["bad_words"] = ["x"]  # the reader's refusal
     with pytest.raises(ValueError) as err:
         load(assets, cfg, "two.yaml")
     text = str(err.value)
     assert "policy.generation.bad_words: ['x']" in text
-    assert "loss_fn: ratio_clip_min must be < 1" in text
+    assert "loss_fn: ratio_clip_min must be <= 1" in text

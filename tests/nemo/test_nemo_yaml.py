@@ -184,7 +184,8 @@ def set_key(cfg, dotted, value):
 
 
 @pytest.mark.parametrize("dotted, value, named", [
-    ("policy.dtensor_cfg.lora_cfg.enabled", True, "policy.dtensor_cfg.lora_cfg.enabled: True: LoRA"),
+    ("policy.dtensor_cfg.lora_cfg", {"enabled": True, "dropout": 0.1, "dropout_position": "post"},
+     "policy.dtensor_cfg.lora_cfg.dropout_position: 'post' with dropout 0.1"),
     ("policy.megatron_cfg", {"enabled": True, "optimizer": {"optimizer": "sgd", "lr": 1e-3}},
      "policy.megatron_cfg.optimizer.optimizer: 'sgd'"),
     ("policy.megatron_cfg", {"enabled": True, "optimizer": {"optimizer": "adam", "lr": 1e-3},
@@ -197,7 +198,7 @@ def set_key(cfg, dotted, value):
     ("policy.optimizer.kwargs.amsgrad", True, "policy.optimizer.kwargs.amsgrad"),
     ("policy.scheduler", [{"name": "torch.optim.lr_scheduler.CosineAnnealingLR",
                            "kwargs": {"T_max": 10}}], "policy.scheduler: rlnb's schedule"),
-    ("async_rl", {"sampler": {"name": "in_order"}}, "async_rl: NeMo-RL's single-controller"),
+    ("async_rl", {"sampler": {"name": "custom", "target": "m:C"}}, "async_rl.sampler.name: 'custom'"),
     ("on_policy_distillation", {"enabled": True}, "on_policy_distillation: on-policy distillation"),
     ("policy.generation.bad_words", ["<img>"], "policy.generation.bad_words: ['<img>']"),
     ("data.train.dataset_name", "DAPOMath17K", "data.train.data_path: and data.train.dataset_name='DAPOMath17K'"),
@@ -206,7 +207,8 @@ def set_key(cfg, dotted, value):
     ("grpo.brand_new_option", 1, "grpo.brand_new_option: not a key rlnb's NeMo-RL reader maps"),
     ("sft", {"max_num_steps": 10}, "sft: NeMo-RL's SFT loop"),
     ("policy.generation.val_temperature", 0.5, "policy.generation.val_temperature: 0.5"),
-    ("data.train", [{"data_path": "a.jsonl"}], "data.train: several training data sets"),
+    ("data.train", [{"data_path": "a.jsonl"}, {"data_path": "b.jsonl"}],
+     "data.train: several training data sets"),
 ])
 def test_algorithm_keys_rlnb_cannot_run_are_refused_by_name(assets, dotted, value, named):
     cfg = set_key(grpo(assets), dotted, value)

@@ -66,7 +66,7 @@ TRAIN_ROWS = [
     (["policy.generation.backend=vllm", "grpo.reuse_generation_logprobs=true"],
      "grpo.reuse_generation_logprobs=true needs a generation backend"),
     (["nosection.x=1"], "unknown section"),
-    (["loss_fn.ratio_clip_min=1.0"], "ratio_clip_min"),
+    (["loss_fn.ratio_clip_min=1.5"], "ratio_clip_min"),
     (["loss_fn.reference_policy_kl_type=k4"], "k4"),
     (["loss_fn.truncated_importance_sampling_ratio=2"], "truncated_importance_sampling_type"),
     (["loss_fn.ratio_clip_c=0.5"], "ratio_clip_c"),

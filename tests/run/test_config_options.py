@@ -98,6 +98,7 @@ OPTIONAL_VALUES = {
     "checkpointing.keep_top_k": 1,
     "grpo.async_grpo.collector_threads": 1,
     "grpo.async_grpo.trainer_threads": 1,
+    "grpo.async_grpo.max_buffered_rollouts": 64,
     "policy.optimizer.warmup_start_factor": 0.5,
     "value.optimizer.warmup_start_factor": 0.5,
     "policy.lora.quantize": "4bit",  # refused: the tiny model is not loaded with from_pretrained
@@ -172,6 +173,11 @@ ASSERTED_ELSEWHERE = {
     # the async sides' torch thread counts change no number; the async tests read them back
     "grpo.async_grpo.collector_threads": "engine/test_async_grpo.py",
     "grpo.async_grpo.trainer_threads": "engine/test_async_grpo.py",
+    # the samplers pick the same groups on a step's first rollout (nothing is stale yet): the
+    # async tests run the windowed one ahead, the buffer tests pick groups by hand
+    "grpo.async_grpo.sampler": "engine/test_async_grpo.py",
+    "grpo.async_grpo.max_buffered_rollouts": "engine/test_async_grpo.py",
+    "grpo.async_grpo.sample_freshest_first": "engine/test_async_grpo.py",
     # an entry of reward_funcs needs an importable function: named there, and in the runs of
     # test_user_data.py
     "reward_funcs.name": "engine/test_reward_funcs.py",

@@ -199,7 +199,7 @@ def test_a_config_override_is_judged_on_its_own_key_only():
         "(got 'x')")
     # a cross-field check about the section (load_config refuses it on the default config) is
     # the notebook's to make: its base config may set the other key
-    assert config_override_problem("loss_fn.ratio_clip_min=1.0") is None
+    assert config_override_problem("loss_fn.ratio_clip_min=1.5") is None
     assert config_override_problem("grpo.batch_multiplier=2") is None
 
 

@@ -12,7 +12,9 @@ Implementation choices:
    weights are frozen; the adapters are the only parameters with gradients and optimizer state.
 2) ``B`` starts at zero, so the wrapped model computes exactly the base model's function. The
    adapters' random ``A`` is drawn on its own random state seeded by the loop's seed, so adding
-   adapters leaves the run's sampling stream where it was.
+   adapters leaves the run's sampling stream where it was: peft's Kaiming-uniform draw, or with
+   ``lora_A_init: xavier`` a Xavier-normal one (NeMo-RL's default), layer by layer in module
+   order.
 3) The reference policy is the same module with its adapters switched off
    (``adapters_disabled``): no second copy of the weights, and it stays the warm-started base.
 4) The warm start trains the base weights with the adapters switched off (``base_training``),
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import fnmatch
 import hashlib
 import json
 import sys
@@ -60,11 +63,14 @@ class LoraConfig(Config):
     dim: int = Field(8, ge=1, description="r: the adapters' rank (NeMo-RL's name).")
     alpha: float = Field(32.0, gt=0, description="Scale α: the update is (α / dim) · B A.")
     dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapters' input.")
+    lora_A_init: Literal["kaiming", "xavier"] = Field(
+        "kaiming", description="A's random start: kaiming (uniform, a=sqrt 5: peft's and "
+        "NeMo-RL's non-xavier choice) or xavier (normal: NeMo-RL's default); B starts at 0.")
     target_modules: list[str] = Field(
-        default_factory=list, description="Module names to adapt (e.g. [q_proj, v_proj]); "
-        "needs match_all_linear: false.")
+        default_factory=list, description="Module names to adapt (e.g. [q_proj, v_proj], or "
+        "wildcards over full names: '*.mlp.*'); needs match_all_linear: false.")
     exclude_modules: list[str] = Field(
-        default_factory=list, description="Module names never adapted.")
+        default_factory=list, description="Module names (or wildcards) never adapted.")
     match_all_linear: bool = Field(
         True, description="Adapt every linear layer except the output layer (NeMo-RL's default).")
     quantize: Literal["4bit"] | None = Field(
@@ -137,22 +143,45 @@ def _first(model: torch.nn.Module, leaf: str) -> str:
     return next(n for n, _ in model.named_modules() if n.rsplit(".", 1)[-1] == leaf)
 
 
+def is_pattern(name: str) -> bool:
+    """A ``*`` / ``?`` wildcard over full module names (Automodel's, as NeMo-RL's YAMLs write
+    ``'*out_proj*'``) rather than a module's own name."""
+    return any(c in name for c in "*?[")
+
+
+def expand(model: torch.nn.Module, names: list[str]) -> list[str]:
+    """``names`` with each wildcard replaced by the full names of the modules it matches."""
+    full = [n for n, _ in model.named_modules() if n]
+    out: list[str] = []
+    for name in names:
+        out.extend(fnmatch.filter(full, name) if is_pattern(name) else [name])
+    return out
+
+
 def check_targets(model: torch.nn.Module, cfg: LoraConfig) -> None:
-    """Every name in ``target_modules`` / ``exclude_modules`` must name a module of ``model``:
-    a ValueError lists the close names and the model's linear layers otherwise."""
+    """Every name in ``target_modules`` / ``exclude_modules`` must name a module of ``model``
+    (a wildcard in ``target_modules`` must match one; in ``exclude_modules`` it may match
+    none): a ValueError lists the close names and the model's linear layers otherwise."""
     leaves = _leaf_names(model)
     linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
                      if isinstance(m, torch.nn.Linear)})
     for key in ("target_modules", "exclude_modules"):
         for name in getattr(cfg, key):
+            if is_pattern(name):
+                if key == "target_modules" and not expand(model, [name]):
+                    raise ValueError(f"policy.lora.{key}: the pattern {name!r} matches no module "
+                                     f"of {type(model).__name__} (its linear layers: "
+                                     f"{', '.join(linear) or 'none'})")
+                continue
             if name not in leaves:
                 close = get_close_matches(name, list(leaves), n=3)
                 hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
                 raise ValueError(
                     f"policy.lora.{key}: {type(model).__name__} has no module {name!r}{hint}; "
                     f"its linear layers: {', '.join(linear) or 'none'}")
-    for name in cfg.target_modules:  # peft adapts embeddings too; rlnb's merge and files do not
-        if isinstance(model.get_submodule(_first(model, name)), torch.nn.Embedding):
+    for name in expand(model, cfg.target_modules):  # peft adapts embeddings; rlnb's merge not
+        full = name if "." in name else _first(model, name)  # (a pattern gave full names)
+        if isinstance(model.get_submodule(full), torch.nn.Embedding):
             raise ValueError(f"policy.lora.target_modules: rlnb adapts linear layers; {name!r} "
                              f"is an embedding (its linear layers: {', '.join(linear)})")
 
@@ -165,8 +194,9 @@ def peft_config(cfg: LoraConfig, model: torch.nn.Module):
     transposed = any(type(m).__name__ == "Conv1D" for m in model.modules())
     return PeftLoraConfig(
         r=cfg.dim, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, bias="none",
-        target_modules="all-linear" if cfg.match_all_linear else list(cfg.target_modules),
-        exclude_modules=list(cfg.exclude_modules) or None, fan_in_fan_out=transposed,
+        target_modules="all-linear" if cfg.match_all_linear else expand(model,
+                                                                          cfg.target_modules),
+        exclude_modules=expand(model, cfg.exclude_modules) or None, fan_in_fan_out=transposed,
         task_type="CAUSAL_LM")
 
 
@@ -190,6 +220,10 @@ def add_adapters(model: torch.nn.Module, cfg: LoraConfig, *, seed: int = 0) -> t
             first = (str(err).strip().splitlines() or [""])[0]
             raise ValueError(f"policy.lora: peft cannot add LoRA adapters to "
                              f"{type(model).__name__} ({type(err).__name__}: {first})") from None
+        if cfg.lora_A_init == "xavier":
+            for _, layer in tuner_layers(model):
+                if ADAPTER in layer.lora_A:
+                    torch.nn.init.xavier_normal_(layer.lora_A[ADAPTER].weight)
     layers = tuner_layers(model)
     if not layers:
         raise ValueError(f"policy.lora: no module of {type(model).__name__} was adapted "

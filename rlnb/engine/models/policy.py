@@ -81,6 +81,14 @@ class OptimizerConfig(Config):
         None, ge=0, le=1, description="None: the rate at step s of the warm-up is lr·(s+1)/W. "
         "A factor f: torch's LinearLR(start_factor=f, end_factor=1), lr·(f + (1-f)·s/W), as "
         "NeMo-RL's configs schedule it (f = 0.1; Megatron's lr_warmup_init / lr, 0 allowed).")
+    decay_steps: int = Field(
+        0, ge=0, description="Linear decay after the warm-up: over this many steps the rate "
+        "goes from lr to lr·decay_end_factor, then holds (torch's LinearLR(1, "
+        "decay_end_factor) after a milestone at warmup_steps, as NeMo-RL's schedulers list it); "
+        "0: constant after the warm-up.")
+    decay_end_factor: float = Field(
+        0.0, ge=0, le=1, description="The factor on lr at the end of the decay (with "
+        "decay_steps > 0).")
     warmup_counts: Literal["optimizer_steps", "training_steps"] = Field(
         "optimizer_steps", description="What a warm-up step is: an optimizer step (one per "
         "global batch), or one pass over a step's batch (NeMo-RL's cadence: its workers tick "
@@ -90,13 +98,21 @@ class OptimizerConfig(Config):
     def _factor_needs_steps(self) -> OptimizerConfig:
         if self.warmup_start_factor is not None and not self.warmup_steps:
             raise ValueError("warmup_start_factor needs warmup_steps > 0 (it would be ignored)")
-        if self.warmup_counts != "optimizer_steps" and not self.warmup_steps:
-            raise ValueError("warmup_counts needs warmup_steps > 0 (it would be ignored)")
+        if self.warmup_counts != "optimizer_steps" and not (self.warmup_steps
+                                                            or self.decay_steps):
+            raise ValueError("warmup_counts needs warmup_steps or decay_steps > 0 (it would be "
+                             "ignored)")
+        if self.decay_end_factor and not self.decay_steps:
+            raise ValueError("decay_end_factor needs decay_steps > 0 (it would be ignored)")
         return self
 
     def lr_factor(self, step: int) -> float:
-        """The multiplier of ``lr`` at optimizer step ``step`` (0-based)."""
-        warmup, start = self.warmup_steps, self.warmup_start_factor
+        """The multiplier of ``lr`` at scheduler step ``step`` (0-based): the warm-up, then the
+        decay (docs/algorithms.md#learning-rate-schedule)."""
+        warmup, start, decay = self.warmup_steps, self.warmup_start_factor, self.decay_steps
+        if decay and step >= warmup:  # LinearLR(1, e, D), its step 0 at the milestone W
+            done = min(step - warmup, decay) / decay
+            return 1.0 + (self.decay_end_factor - 1.0) * done
         if not warmup:
             return 1.0
         if start is None:

@@ -18,6 +18,11 @@ Implementation choices (why each, and what NeMo-RL does: docs/algorithms.md#asyn
    optimizer step per rollout the numbers are the recompute's up to float rounding.
 4) The buffer is saved with every checkpoint; a resumed run keeps the complete targets and
    generates the rest again from the same rows. Resume is not bit-exact (thread timing).
+5) ``sampler: windowed`` (NeMo-RL's single-controller sampler): the collector generates the
+   stream's batches one after another with the newest weights, as far ahead as the buffer's
+   room (``max_buffered_rollouts``) allows, and step c takes any P groups made by weights
+   c − a … c, evicting older ones (their prompts are never trained on). A resumed run keeps
+   the groups a later step may still take and goes on after the last batch generated.
 """
 
 from __future__ import annotations
@@ -219,12 +224,15 @@ class AsyncGRPOTrainer(GRPOTrainer):
         their target, targets already trained and incomplete targets are dropped."""
         state = dict(files[BUFFER_FILE])
         state["groups"] = [rollout_from_dict(g) for g in state["groups"]]
+        windowed = self.config.grpo.async_grpo.sampler == "windowed"
         with self.collector.cond:
             self.buffer.restore(
                 state, resume_step=self.step_count,
                 num_prompts_per_step=self.collector.local_prompts,
                 max_age_steps=self.config.grpo.async_grpo.max_trajectory_age_steps,
-                drop_incomplete_targets=True)
+                drop_incomplete_targets=True, window=windowed)
+            # windowed: generation goes on after the last batch it finished
+            self.collector.next_batch = max(self.step_count, state.get("next_batch", 0))
 
 
 def merge_group_metrics(per_group: list[dict[str, float]]) -> dict[str, float]:

@@ -221,8 +221,8 @@ class Trainer(SaveState):
         task defines ``correct``, ``accuracy`` (share correct) and ``pass_k``."""
         loop = self.loop_config
         available = len(self.task.val_rows())
-        rows = self.dist.shard(
-            self.task.val_rows(min(num_prompts or loop.max_val_samples, available)))
+        wanted = num_prompts or loop.max_val_samples or available  # null: every held-out row
+        rows = self.dist.shard(self.task.val_rows(min(wanted, available)))
         k = loop.val_num_generations_per_prompt
         # choice 3: its own random state, so validating never shifts the training stream
         with isolated_rng(loop.seed * 1_000_003 + self.step_count + 7, self.policy.device):

@@ -30,7 +30,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import Field
@@ -49,6 +49,17 @@ class AsyncLoopConfig(AsyncGRPOConfig):
         1, description="a: a trajectory trained on is at most this many steps old, and the "
         "collector runs at most this many steps ahead (>= 1; the synchronous loop is "
         "enabled=false).")
+    sampler: Literal["in_order", "windowed"] = Field(
+        "in_order", description="How a step picks its groups (NeMo-RL's single-controller "
+        "names): in_order, the P groups generated for it (generation at most a steps ahead); "
+        "windowed, any P groups made by weights at most a steps old, with generation running "
+        "ahead as far as max_buffered_rollouts allows and older groups evicted.")
+    max_buffered_rollouts: int | None = Field(
+        None, ge=1, description="windowed: the buffer's capacity in prompt groups, how far "
+        "generation may run ahead (None: P × a × 2, the in-order buffer's).")
+    sample_freshest_first: bool = Field(
+        False, description="windowed: take the groups of the newest weights first (else in "
+        "the order they were generated).")
     collector_threads: int | None = Field(
         None, ge=1, description="torch threads of the collector (None: half the cores).")
     trainer_threads: int | None = Field(
@@ -66,6 +77,11 @@ class AsyncLoopConfig(AsyncGRPOConfig):
             raise ValueError(
                 f"max_trajectory_age_steps={self.max_trajectory_age_steps}: must be >= 1 (0 "
                 "would be the synchronous loop: set grpo.async_grpo.enabled=false)")
+        if self.sampler != "windowed":
+            for key in ("max_buffered_rollouts", "sample_freshest_first"):
+                if getattr(self, key) != type(self).model_fields[key].default:
+                    raise ValueError(f"{key} is read by sampler=windowed only (it would be "
+                                     "ignored)")
         for key in ("in_flight_weight_updates", "recompute_kv_cache_after_weight_updates"):
             if getattr(self, key):
                 raise ValueError(
@@ -110,6 +126,9 @@ class TrajectoryCollector:
         self.generator, self.policy_model = generator, policy_model
         self.buffer = buffer
         self.max_age = loop.async_grpo.max_trajectory_age_steps
+        self.sampler = loop.async_grpo.sampler
+        self.freshest_first = loop.async_grpo.sample_freshest_first
+        self.next_batch = version  # windowed: the next batch of the stream to generate
         self.max_failures = loop.async_grpo.max_generation_failures
         self.threads = loop.async_grpo.threads()[0]
         self.num_prompts = loop.num_prompts_per_step  # P: a target's rows in the stream
@@ -184,8 +203,13 @@ class TrajectoryCollector:
                         f"{self.generating if self.generating is not None else step}: "
                         f"{type(self.error).__name__}: {self.error}") from self.error
                 before = len(self.buffer)
-                sampled = self.buffer.sample(self.local_prompts, current_weight_version=step,
-                                             max_age_steps=self.max_age)
+                if self.sampler == "windowed":
+                    sampled = self.buffer.sample_window(
+                        self.local_prompts, current_weight_version=step,
+                        max_age_steps=self.max_age, freshest_first=self.freshest_first)
+                else:
+                    sampled = self.buffer.sample(self.local_prompts, current_weight_version=step,
+                                                 max_age_steps=self.max_age)
                 evicted = before - len(self.buffer) - (self.local_prompts if sampled else 0)
                 if sampled is not None:
                     self.events.append((self.clock(), "take", step, len(self.buffer),
@@ -202,6 +226,7 @@ class TrajectoryCollector:
         """The buffer's state for a checkpoint (its groups as plain data)."""
         with self.cond:
             state = self.buffer.state_dict()
+            state["next_batch"] = self.next_batch
         state["groups"] = [rollout_to_dict(g) for g in state["groups"]]
         return state
 
@@ -235,10 +260,7 @@ class TrajectoryCollector:
                 if self.latest > self.version:
                     self.refit()
                 with self.cond:
-                    target = self.buffer.next_target(  # targets v … v + a (module docstring)
-                        self.version, initial_weight_version=self.version,
-                        max_trajectory_age_steps=self.max_age,
-                        num_prompts_per_step=self.local_prompts)
+                    target = self._next_target()
                     if target is None:  # nothing left to make with these weights: wait
                         start = time.perf_counter()
                         self.cond.wait_for(
@@ -269,6 +291,8 @@ class TrajectoryCollector:
                 with self.cond:
                     for group in groups:
                         self.buffer.add(group, weight_version=version, target_weight_version=target)
+                    if self.sampler == "windowed":
+                        self.next_batch = target + 1
                     self.groups_generated += len(groups)
                     self.generating = None
                     self.events.append((self.clock(), "add", target, len(self.buffer),
@@ -278,6 +302,16 @@ class TrajectoryCollector:
             with self.cond:
                 self.error = err
                 self.cond.notify_all()
+
+    def _next_target(self) -> int | None:
+        """The batch of the stream to generate next (under ``cond``): in order, the first of
+        the targets v … v + a still short of groups (None: wait for newer weights); windowed,
+        the next batch, however far ahead (only the buffer's room stops it)."""
+        if self.sampler == "windowed":
+            return self.next_batch
+        return self.buffer.next_target(self.version, initial_weight_version=self.version,
+                                       max_trajectory_age_steps=self.max_age,
+                                       num_prompts_per_step=self.local_prompts)
 
     def _generate(self, target: int, version: int) -> list[RolloutBatch] | None:
         """Target ``target``'s P groups, sampled with weights ``version`` (None if stopped)."""
@@ -299,7 +333,9 @@ class TrajectoryCollector:
 
 
 def new_buffer(loop_config) -> ReplayBuffer:
-    """An empty buffer of NeMo-RL's capacity, P × a × 2 prompt groups."""
-    return ReplayBuffer(replay_buffer_capacity(
+    """An empty buffer of NeMo-RL's capacity, P × a × 2 prompt groups (windowed:
+    ``max_buffered_rollouts`` when given)."""
+    given = loop_config.async_grpo.max_buffered_rollouts
+    return ReplayBuffer(given or replay_buffer_capacity(
         num_prompts_per_step=loop_config.num_prompts_per_step,
         max_trajectory_age_steps=loop_config.async_grpo.max_trajectory_age_steps))

@@ -76,7 +76,9 @@ class LoopConfig(Config):
     val_at_start: bool = Field(True, description="Validate before the first step.")
     val_at_end: bool = Field(True, description="Validate after the last step.")
     val_num_generations_per_prompt: int = Field(1, ge=1, description="k for pass@k.")
-    max_val_samples: int = Field(200, ge=1, description="Held-out prompts per validation.")
+    max_val_samples: int | None = Field(
+        200, ge=1, description="Held-out prompts per validation (null: every held-out row, "
+        "NeMo-Gym's setting).")
     max_rollout_turns: int = Field(1, ge=1, description="Assistant turns per conversation.")
     seed: int = Field(0, description="Seeds model init, data order and sampling.")
 
@@ -203,6 +205,11 @@ def check_loop_rules(config) -> None:
                 f"{key}.async_grpo.enabled=true needs loss_fn.use_importance_sampling_correction="
                 "true: trajectories come from older weights and the loss must reweight them "
                 "(NeMo-RL requires it too)")
+        held = loop.async_grpo.max_buffered_rollouts
+        if held is not None and held < loop.num_prompts_per_step:
+            raise ValueError(
+                f"{key}.async_grpo.max_buffered_rollouts={held} < {key}.num_prompts_per_step="
+                f"{loop.num_prompts_per_step}: the buffer could never hold a step's groups")
         left_out = {  # NeMo-RL's async loop does none of these
             "use_dynamic_sampling": loop.use_dynamic_sampling,
             "reward_scaling.enabled": loop.reward_scaling.enabled,

@@ -87,7 +87,8 @@ class PPOConfig(LoopConfig):
         if self.max_num_epochs is not None:
             raise ValueError(f"ppo.max_num_epochs={self.max_num_epochs}: rlnb's tasks stream "
                              "rows without epoch boundaries; use ppo.max_num_steps (set it null)")
-        if self.val_batch_size is not None and self.val_batch_size < self.max_val_samples:
+        if self.val_batch_size is not None and self.val_batch_size < (
+                self.max_val_samples or float("inf")):
             raise ValueError(f"ppo.val_batch_size={self.val_batch_size} < ppo.max_val_samples="
                              f"{self.max_val_samples}: rlnb validates in one batch (set it null)")
         start = self.policy_training_start_step

@@ -17,8 +17,10 @@ Implementation choices (NeMo-RL's ``nemo_rl.utils.config`` and OmegaConf semanti
    holds it, each further dot one level up. A string that is one interpolation takes the
    referenced value's type; inside a longer string it is formatted. NeMo-RL's resolvers are
    ``mul``, ``add``, ``div`` and ``max`` (two arguments each), and OmegaConf's ``oc.env:NAME``
-   or ``oc.env:NAME,default`` (the environment variable, as a string; unset without a default
-   is refused naming it); any other is refused, naming it.
+   or ``oc.env:NAME,default`` (the environment variable, as a string); any other is refused,
+   naming it. An unset variable without a default resolves lazily, as OmegaConf's keys do: the
+   value is kept as its text (an ``UnsetEnv`` string), so a key rlnb ignores may hold it, and a
+   key rlnb uses is refused naming the variable (``unset_env_keys``).
    A missing key, a cycle, or a ``???`` (mandatory, unset) value is refused with the dotted
    path of the key that needs it.
 """
@@ -38,6 +40,10 @@ RESOLVERS: dict[str, Callable[[Any, Any], Any]] = {
     "mul": operator.mul, "add": operator.add, "div": operator.truediv, "max": max,
 }
 MISSING = "???"
+
+
+class UnsetEnv(str):
+    """The text of a value that needs an unset environment variable (choice 3)."""
 
 
 class _Loader(yaml.SafeLoader):
@@ -188,11 +194,14 @@ class _Resolver:
         spans = _interpolations(text)
         if len(spans) == 1 and spans[0] == (0, len(text)):
             return self.expression(text[2:-1].strip(), path)
-        out, last = "", 0
+        out, last, unset = "", 0, False
         for start, end in spans:
-            out += text[last:start] + str(self.expression(text[start + 2:end - 1].strip(), path))
+            part = self.expression(text[start + 2:end - 1].strip(), path)
+            unset = unset or isinstance(part, UnsetEnv)
+            out += text[last:start] + str(part)
             last = end
-        return out + text[last:]
+        out += text[last:]
+        return UnsetEnv(out) if unset else out
 
     def expression(self, expr: str, path: str) -> Any:
         name = re.match(r"^([A-Za-z_][\w.]*):", expr)
@@ -221,8 +230,7 @@ class _Resolver:
             return os.environ[name]
         if default:
             return self.argument(default[0], path)
-        raise ValueError(f"{path}: environment variable {name} is not set and "
-                         f"'${{oc.env:{name}}}' gives no default (set it, or override {path})")
+        return UnsetEnv(f"${{oc.env:{name}}}")
 
     def argument(self, text: str, path: str) -> Any:
         if "${" in text:
@@ -233,3 +241,18 @@ class _Resolver:
 def resolve_interpolations(data: dict) -> dict:
     """A copy of ``data`` with every ``${...}`` replaced by its value (choice 3)."""
     return _Resolver(data).value(data, "")
+
+
+def unset_env_keys(data: Any, path: str = "") -> dict[str, str]:
+    """``{dotted key: value}`` of every value in ``data`` that needs an unset variable."""
+    if isinstance(data, Mapping):
+        found: dict[str, str] = {}
+        for k, v in data.items():
+            found.update(unset_env_keys(v, f"{path}.{k}" if path else str(k)))
+        return found
+    if isinstance(data, list):
+        found = {}
+        for i, v in enumerate(data):
+            found.update(unset_env_keys(v, f"{path}.{i}"))
+        return found
+    return {path: str(data)} if isinstance(data, UnsetEnv) else {}

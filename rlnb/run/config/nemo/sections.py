@@ -67,8 +67,13 @@ def loop_section(r: Report, loop: str) -> dict:
     r.neutral_tree(f"{loop}.async_ppo.enabled", (False,), "rlnb has no asynchronous PPO loop")
     r.used(f"{loop}.async_ppo")  # inert while disabled
     for key in ("invalid_tool_call_advantage", "malformed_thinking_advantage"):
-        r.neutral_tree(f"{loop}.{key}", (None,), "NeMo-Gym's message-level penalties: rlnb has "
-                       "no tool calls or thinking tags to penalise")
+        r.neutral_tree(f"{loop}.{key}", (None,), "NeMo-Gym's message-level penalties: NeMo-RL "
+                       "refuses them without NeMo-Gym (env.should_use_nemo_gym), as rlnb does")
+    for key in ("penalize_invalid_tool_call", "penalize_malformed_thinking",
+                "invalid_tool_call_strategy", "zero_variance_prompt_filtering",
+                "num_val_generations_per_prompt"):
+        r.ignore(f"{loop}.{key}", note="NeMo-RL reads no such key (its config lets it through "
+                 "unread)")
     r.ignore(f"{loop}.max_num_epochs", note="rlnb's tasks stream rows in epochs with no end: "
              f"training stops at {loop}.max_num_steps")
     for key in ("val_batch_size", "val_start_at", "stop_at_validation_metric",
@@ -79,6 +84,56 @@ def loop_section(r: Report, loop: str) -> dict:
                 "debug_payload_metrics"):
         r.ignore(f"{loop}.{key}", "speed")
     return cfg
+
+
+def single_controller(r: Report, out: dict, loop: str) -> None:
+    """NeMo-RL's single-controller loop (``async_rl``, run_grpo_single_controller.py) as rlnb's
+    async GRPO (docs/nemo_rl_names.md#the-single-controller-loop). Its ``in_order`` sampler (the
+    default) stamps the batch of step t with t and lets generation run ``max_lookahead_versions``
+    = k steps ahead: step t trains on groups sampled by weights t − k … t, meant for t; that is
+    rlnb's ``sampler: in_order`` with ``max_trajectory_age_steps`` k, and at k = 0 the
+    synchronous loop. ``windowed`` is rlnb's ``sampler: windowed`` (with its buffer size and
+    ``sample_freshest_first``). ``ready_first`` and ``weight_fifo`` gate generation as in_order
+    does and differ only in which ready groups a step takes when they complete out of order:
+    rlnb's collector completes whole steps in order, so they take in_order's groups. Streaming
+    (a step's gradient accumulated over chunks of groups, normalised over the whole step),
+    pump sizes and fault tolerance do not change the numbers."""
+    s = "async_rl.sampler"
+    name = r.take(f"{s}.name", "in_order")
+    if loop != "grpo":
+        r.refuse("async_rl", f"NeMo-RL's single-controller loop runs GRPO, not {loop}")
+        r.used("async_rl")
+        return
+    lead_key = "max_lookahead_versions" if name == "in_order" else "max_staleness_versions"
+    lead = r.take(f"{s}.{lead_key}", 1)
+    cfg: dict[str, Any] = {}
+    if name == "windowed":
+        cfg["sampler"] = "windowed"
+        cfg["sample_freshest_first"] = bool(r.take(f"{s}.sample_freshest_first", False))
+        cfg["max_buffered_rollouts"] = r.take("async_rl.max_buffered_rollouts", 64)
+        if lead == 0:
+            r.refuse(f"{s}.{lead_key}", "0 with the windowed sampler: groups run ahead and only "
+                     "the current weights' are kept (rlnb's windowed sampler needs >= 1)")
+    elif name in ("ready_first", "weight_fifo"):
+        r.ignore(f"{s}.name", force=True, note=f"{name}: which ready groups a step takes when "
+                 "they complete out of order; rlnb's collector completes whole steps in order, "
+                 "so it takes in_order's (the same gate: max_staleness_versions steps ahead)")
+    elif name != "in_order":
+        r.refuse(f"{s}.name", f"{name!r}: rlnb's samplers are in_order and windowed (and "
+                 "ready_first / weight_fifo, read as in_order)")
+    if not is_count(lead) or lead < 0:
+        r.refuse(f"{s}.{lead_key}", f"{lead!r}: a count of steps >= 0")
+    elif lead > 0 and not r.get("loss_fn.use_importance_sampling_correction"):
+        r.refuse(f"{s}.{lead_key}", f"{lead} without loss_fn.use_importance_sampling_correction: "
+                 "NeMo-RL's single controller trains on older weights' groups without "
+                 "reweighting them; rlnb's async GRPO requires the correction (as NeMo-RL's "
+                 "grpo.async_grpo does)")
+    elif lead > 0:
+        out[loop]["async_grpo"] = {**(out[loop].get("async_grpo") or {}), "enabled": True,
+                                   "max_trajectory_age_steps": lead, **cfg}
+    r.used(s)
+    r.ignore("async_rl", note="the single-controller loop's pumps, streaming chunks, fault "
+             "tolerance and watchdogs (speed and robustness, not the numbers)")
 
 
 def model_section(r: Report, owner: str, policy: dict | None = None) -> dict:
@@ -123,12 +178,20 @@ def model_section(r: Report, owner: str, policy: dict | None = None) -> dict:
                     "tokenizer.chat_template"):
             r.ignore(f"{owner}.{key}", note="settings of the named model's config and chat "
                      "template: the embedded tiny model has its own and no template")
+    r.ignore(f"{owner}.tokenizer.video", note="video preprocessing (vision-language data): "
+             "no effect on text rows")
     r.neutral(f"{owner}.tokenizer.chat_template", (None, "default"),
               "rlnb applies the tokenizer's own chat template")
     r.neutral(f"{owner}.tokenizer.chat_template_kwargs", (None, {}),
               "rlnb applies the tokenizer's chat template without extra arguments")
     r.neutral(f"{owner}.hf_config_overrides", ({}, None), "rlnb loads the model's own config")
-    r.neutral(f"{owner}.dtensor_cfg.lora_cfg.enabled", (False,), "LoRA: rlnb trains every weight")
+    if policy is None:
+        lora = _lora(r, owner)
+        if lora:
+            cfg["lora"] = lora
+    else:
+        r.neutral(f"{owner}.dtensor_cfg.lora_cfg.enabled", (False,), "LoRA on the critic: "
+                  "rlnb's adapters are the policy's")
     r.used(f"{owner}.dtensor_cfg.lora_cfg")  # inert while disabled
     if r.get(f"{owner}.megatron_cfg.enabled") is True:
         optimizer = _megatron_optimizer(r, owner, cfg)
@@ -153,6 +216,39 @@ def model_section(r: Report, owner: str, policy: dict | None = None) -> dict:
     for key in ("generation_batch_size", "logprob_chunk_size", "offload_optimizer_for_logprob",
                 "make_sequence_length_divisible_by", "tokenizer.use_fastokens"):
         r.ignore(f"{owner}.{key}", "speed")
+    return cfg
+
+
+def _lora(r: Report, owner: str) -> dict:
+    """NeMo-RL's ``dtensor_cfg.lora_cfg`` (Automodel's LoRA) as rlnb's ``policy.lora``: the
+    same key names, and Automodel's choice of modules (the output layer never): every linear
+    layer under ``match_all_linear: true`` (the lists have no effect), else ``target_modules``,
+    else every linear layer but ``exclude_modules``, else ``'*_proj'``; wildcards match full
+    module names in both. ``lora_A_init`` other than ``xavier`` is Kaiming-uniform; peft's
+    dropout acts before ``A`` (``dropout_position: pre``), so ``post`` with dropout is refused."""
+    s = f"{owner}.dtensor_cfg.lora_cfg"
+    if r.get(f"{s}.enabled") is not True:
+        return {}
+    cfg = r.copy(s, ("enabled", "dim", "alpha", "dropout"))
+    every = r.take(f"{s}.match_all_linear", True)
+    targets, excluded = r.take(f"{s}.target_modules") or [], r.take(f"{s}.exclude_modules") or []
+    if every:
+        cfg["match_all_linear"] = True
+    elif targets:
+        cfg.update(match_all_linear=False, target_modules=list(targets))
+        if excluded:
+            r.refuse(f"{s}.exclude_modules", "with target_modules: Automodel refuses both")
+    elif excluded:
+        cfg.update(match_all_linear=True, exclude_modules=list(excluded))
+    else:
+        cfg.update(match_all_linear=False, target_modules=["*_proj"])
+    init = r.take(f"{s}.lora_A_init", "xavier")  # Automodel's default
+    cfg["lora_A_init"] = "xavier" if init == "xavier" else "kaiming"
+    position = r.take(f"{s}.dropout_position", "post")
+    if cfg.get("dropout") and position != "pre":
+        r.refuse(f"{s}.dropout_position", f"{position!r} with dropout {cfg['dropout']}: rlnb's "
+                 "(peft's) LoRA dropout acts on the adapters' input (pre)")
+    r.ignore(f"{s}.use_triton", "speed")
     return cfg
 
 
@@ -223,13 +319,60 @@ def _optimizer(r: Report, owner: str) -> dict | None:
         r.ignore(f"{owner}.optimizer.kwargs.{key}", "speed")
     schedule = r.take(f"{owner}.scheduler")
     if schedule is not None:
-        warmup = _warmup(schedule, f"{owner}.scheduler")
-        if warmup is None:
-            r.refuse(f"{owner}.scheduler", "rlnb's schedule is a linear warm-up to a constant "
-                     "rate (LinearLR(end_factor=1) then ConstantLR(factor=1), or constant)")
-        elif warmup[0]:
-            opt["warmup_steps"], opt["warmup_start_factor"] = warmup
+        steps = _schedule(schedule, f"{owner}.scheduler")
+        if steps is None:
+            r.refuse(f"{owner}.scheduler", "rlnb's schedule is a linear warm-up, then a constant "
+                     "rate or a linear decay (LinearLR(end_factor=1), then ConstantLR(factor=1) "
+                     "or LinearLR(start_factor=1) from a milestone at the warm-up's end)")
+        else:
+            opt.update(steps)
     return opt
+
+
+def _schedule(schedule: Any, where: str) -> dict | None:
+    """rlnb's ``warmup_*`` / ``decay_*`` keys for a NeMo-RL scheduler list (``{}``: constant),
+    or None when rlnb cannot run it: a LinearLR warm-up to 1 and/or, from a milestone at its
+    end, a LinearLR decay from 1 (ConstantLR(factor=1) anywhere is the constant rate)."""
+    if not isinstance(schedule, list):
+        return None
+    entries = [e for e in schedule if isinstance(e, Mapping) and "name" in e]
+    milestones = [e["milestones"] for e in schedule if isinstance(e, Mapping) and "milestones" in e]
+    decay = None
+    if len(entries) == 2 and str(entries[1]["name"]).endswith("LinearLR"):
+        kwargs = dict(entries[1].get("kwargs") or {})
+        decay_where = f"{where}[{schedule.index(entries[1])}]"
+        start = _number(kwargs, "start_factor", 1 / 3, decay_where)
+        if start != 1.0:
+            return None
+        decay = {"decay_steps": _number(kwargs, "total_iters", 5, decay_where, int),
+                 "decay_end_factor": _number(kwargs, "end_factor", 1.0, decay_where)}
+        schedule = [e for e in schedule if e is not entries[1] and "milestones" not in e]
+        warmup = _warmup(schedule, where)
+        if warmup is None or milestones != [[warmup[0]]] or not warmup[0]:
+            return None
+    elif len(entries) == 1 and str(entries[0]["name"]).endswith("LinearLR") and not milestones:
+        kwargs = dict(entries[0].get("kwargs") or {})
+        if _number(kwargs, "start_factor", 1 / 3, f"{where}[0]") == 1.0 and _number(
+                kwargs, "end_factor", 1.0, f"{where}[0]") != 1.0:  # a decay from the start
+            return {"decay_steps": _number(kwargs, "total_iters", 5, f"{where}[0]", int),
+                    "decay_end_factor": _number(kwargs, "end_factor", 1.0, f"{where}[0]")}
+        warmup = _warmup(schedule, where)
+    else:
+        warmup = _warmup(schedule, where)
+    if warmup is None:
+        return None
+    out = {"warmup_steps": warmup[0], "warmup_start_factor": warmup[1]} if warmup[0] else {}
+    return {**out, **(decay or {})}
+
+
+def _number(kwargs: Mapping, key: str, default: float, where: str, kind=float):
+    """A scheduler's keyword as a number, named by its key when it is not one."""
+    value = kwargs.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            kind is int and value != int(value)):
+        raise ValueError(f"{where}.kwargs.{key}: {value!r} is not "
+                         f"{'an integer' if kind is int else 'a number'}")
+    return kind(value)
 
 
 def _warmup(schedule: Any, where: str) -> tuple[int, float] | None:
@@ -275,7 +418,8 @@ def schedule_cadence(r: Report, out: dict, loop: str) -> None:
     for owner in ("policy", "value"):
         section = out.get(owner) or {}
         opt, gbs = section.get("optimizer") or {}, section.get("train_global_batch_size")
-        if opt.get("warmup_steps") and is_count(gbs) and gbs < prompts * group:
+        if (opt.get("warmup_steps") or opt.get("decay_steps")) and is_count(gbs) and (
+                gbs < prompts * group):
             opt["warmup_counts"] = "training_steps"
 
 
@@ -314,6 +458,8 @@ def _generation(r: Report, policy: dict) -> dict:
 
 def data_section(r: Report, out: dict, loop: str) -> dict:
     r.neutral("data.use_multiple_dataloader", (False, None), "rlnb trains on one data set")
+    for key in ("num_prompts_per_dataloader", "custom_dataloader"):
+        r.used(f"data.{key}")  # read only with use_multiple_dataloader (refused above)
     if isinstance(r.get("data.train"), list):
         r.refuse("data.train", "several training data sets: rlnb's math task reads one")
         r.used("data")  # the rest describes the refused data sets
@@ -357,7 +503,9 @@ def data_section(r: Report, out: dict, loop: str) -> dict:
     for key, target in (("split", "split"), ("subset", "dataset_config")):
         if pick("train", key) is not None:
             data[target] = pick("train", key)
-    data["num_val"] = out[loop]["max_val_samples"]
+    # max_val_samples: null (NeMo-Gym's): every row of the validation set; without one, rlnb
+    # holds out NeMo-RL's default count of training rows
+    data["num_val"] = out[loop]["max_val_samples"] or NEMO_LOOP_DEFAULTS[loop]["max_val_samples"]
     validation = r.get("data.validation")
     if isinstance(validation, Mapping):
         val_path, val_split = r.take("data.validation.data_path"), r.take("data.validation.split")
@@ -378,6 +526,12 @@ def data_section(r: Report, out: dict, loop: str) -> dict:
             r.ignore(f"data.{section}.{key}", note="prompt templates: rlnb sends the question "
                      "column as the user message, in the tokenizer's chat template")
     for section in ("train", "default", "validation"):
+        for key in ("num_frames", "video_sampling_style", "video_target_num_patches",
+                    "video_temporal_patch_size", "video_maintain_aspect_ratio"):
+            r.ignore(f"data.{section}.{key}", note="video preprocessing (vision-language data): "
+                     "no effect on text rows")
+        r.ignore(f"data.{section}.allowed_problem_types", note="a filter of NeMo-RL's intent "
+                 "data set (a local file is read whole)")
         r.ignore(f"data.{section}.split_validation_size", note="rlnb holds out "
                  f"{loop}.max_val_samples rows of the training data when there is no validation "
                  "set")
@@ -385,8 +539,20 @@ def data_section(r: Report, out: dict, loop: str) -> dict:
         r.ignore(f"data.{section}.download_dir", note="where a hub data set is cached")
     r.ignore("data.max_input_seq_length", note="rlnb refuses a prompt longer than "
              "max_total_sequence_length - 1 (NeMo-RL keeps it, truncated, out of the loss)")
+    for key in ("dataset_name", "prompt_file", "system_prompt_file"):
+        r.ignore(f"data.{key}", note="NeMo-RL's GRPO reads its data sets from data.train and "
+                 "data.default (a top-level data set is its evaluation scripts' layout)")
+    r.ignore("data.add_system_prompt", note="read only by NeMo-RL's sliding-puzzle script (its "
+             "system prompt); run_grpo.py and rlnb's math task have none")
     r.ignore("data.shuffle", note="rlnb reshuffles the rows every epoch")
     r.ignore("data.num_workers", "workers")
+    if r.get("env.should_use_nemo_gym"):
+        r.refuse("env.should_use_nemo_gym", "NeMo-Gym's rollouts (agent servers over HTTP): "
+                 "rlnb samples the data set's rows itself; set it false to train on your data "
+                 "(NeMo-RL's native path)")
+    r.used("env.should_use_nemo_gym")
+    for key in ("should_log_nemo_gym_responses", "should_mask_flagged_samples"):
+        r.used(f"env.{key}")  # NeMo-Gym's switches (the refusal above when it is on)
     for other in r.get("env") or {}:
         if other != env:
             r.used(f"env.{other}")  # an environment no data set names: NeMo-RL builds none
@@ -412,6 +578,10 @@ def dpo_section(r: Report, out: dict) -> dict:
     ``BinaryPreferenceDataset``). NeMo-RL validates the preference loss on validation pairs,
     rlnb held-out task accuracy, so validation is off and its keys are listed."""
     cfg = r.copy("dpo", DPO_LOSS_KEYS + ("max_num_steps", "seed"))
+    if not cfg.get("sft_loss_weight") and "sft_average_log_probs" in cfg:  # (rlnb refuses it)
+        cfg.pop("sft_average_log_probs")
+        r.ignore("dpo.sft_average_log_probs", force=True, note="no SFT term to average "
+                 "(sft_loss_weight is 0)")
     policy = out["policy"]
     pairs = policy.get("train_global_batch_size")
     if is_count(pairs):

@@ -40,7 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from rlnb.config import apply_overrides, flatten
-from rlnb.run.config.nemo.reader import merge, read_nemo_yaml, resolve_interpolations
+from rlnb.run.config.nemo.reader import (
+    merge,
+    read_nemo_yaml,
+    resolve_interpolations,
+    unset_env_keys,
+)
 from rlnb.run.config.nemo.report import Report, group_lines
 from rlnb.run.config.nemo.sections import (
     data_section,
@@ -49,6 +54,7 @@ from rlnb.run.config.nemo.sections import (
     loop_section,
     model_section,
     schedule_cadence,
+    single_controller,
 )
 
 OTHER_LOOPS = {"sft": "SFT", "distillation": "distillation", "rm": "reward-model"}
@@ -140,6 +146,10 @@ def translate_file(path: str | Path, overrides=()) -> tuple[dict, dict, dict]:
 
 def translate(nemo: dict) -> Translation:
     """Map a resolved NeMo-RL config onto rlnb's sections (the module docstring)."""
+    data = nemo.get("data")
+    if isinstance(data, Mapping):  # a list of one data set is that data set (NeMo-RL's too)
+        nemo = {**nemo, "data": {k: v[0] if k in ("train", "validation") and isinstance(v, list)
+                                 and len(v) == 1 else v for k, v in data.items()}}
     r = Report(flatten({k: v for k, v in nemo.items() if k != "rlnb"}), INFRA)
     loops = [k for k in ("grpo", "ppo") if isinstance(nemo.get(k), Mapping)]
     for key, what in OTHER_LOOPS.items():
@@ -173,8 +183,7 @@ def translate(nemo: dict) -> Translation:
                  "GRPO has none")
     r.used("on_policy_distillation")  # (off)
     if r.has("async_rl"):
-        r.refuse("async_rl", "NeMo-RL's single-controller asynchronous loop (its sampler's "
-                 "look-ahead, streaming batches): rlnb's async GRPO is grpo.async_grpo")
+        single_controller(r, out, loop)
     r.ignore("cluster", "cluster")
     r.ignore("data_plane", "data_plane")
     r.refuse_rest("not a key rlnb's NeMo-RL reader maps (a newer NeMo-RL key?): remove it, or "
@@ -184,6 +193,7 @@ def translate(nemo: dict) -> Translation:
         r.refuse("rlnb", "the rlnb: section must be a mapping of rlnb config sections")
         extras = {}
     config = merge(out, extras)
+    refuse_unset_env(r, config)
     return Translation(config, ignored=r.ignored, roots=r.roots, refused=r.refused)
 
 
@@ -199,7 +209,16 @@ def _translate_dpo(r: Report, nemo: dict) -> Translation:
     r.refuse_rest("not a key rlnb's NeMo-RL reader maps (a newer NeMo-RL key?): remove it, or "
                   "ask for it to be mapped")
     config = merge(out, nemo.get("rlnb") or {})
+    refuse_unset_env(r, config)
     return Translation(config, ignored=r.ignored, roots=r.roots, refused=r.refused)
+
+
+def refuse_unset_env(r: Report, config: dict) -> None:
+    """A value rlnb uses that needs an unset environment variable (the reader keeps it as its
+    text: OmegaConf resolves lazily, so an ignored key may hold one)."""
+    for key, text in unset_env_keys(config).items():
+        r.refuse(f"(rlnb's {key})", f"{text!r} needs an environment variable that is not set "
+                 "(set it, or override the NeMo-RL key that gives it)")
 
 
 def config_check(result: Translation, check) -> str:
