@@ -89,6 +89,41 @@ def test_rewards_are_weighted_components_and_weight_0_rewards_and_metrics_are_lo
     assert not t.defines_correct
 
 
+class KeyedTask(SumTask):
+    """SumTask plus a metric and a reward that return several keys at once."""
+
+    @vf.metric
+    async def shape(self, trace) -> dict:
+        return {"long": float(len(trace.last_reply) > 1), "empty": float(not trace.last_reply)}
+
+    @vf.reward(weight=2.0)
+    async def parts(self, task: SumData, trace) -> dict:
+        return {"first": float(trace.last_reply[:1] == task.answer[:1]),
+                "last": float(trace.last_reply[-1:] == task.answer[-1:])}
+
+
+class KeyedTaskset(vf.Taskset[KeyedTask]):
+    def load(self):
+        for a in range(4):
+            yield KeyedTask(SumData(prompt=f"{a}+{a}=", answer=str(2 * a)))
+
+
+@pytest.mark.parametrize("taskset", [SumTaskset, KeyedTaskset])
+def test_rlnb_records_the_traces_task_score_records(taskset):
+    """rlnb scores without Task.score's per-call signature inspection: the same rewards
+    (score and weight per key) and metrics, trace by trace."""
+    t = VerifiersTask.from_taskset(taskset(vf.TasksetConfig()), num_val=1)
+    rows = [*t.val_rows(), *t.train_rows(3, seed=0)]
+    for row in rows:
+        task = t.tasks[row["vf_index"]]
+        for reply in ("", "0", row["answer"], "12", "x"):
+            theirs, ours = t._trace(task, row, reply), t._trace(task, row, reply)
+            asyncio.run(task.score(theirs))
+            asyncio.run(t._score(task, ours))
+            assert ours.rewards == theirs.rewards and ours.metrics == theirs.metrics, reply
+            assert theirs.rewards  # (something was scored)
+
+
 def test_a_system_prompt_makes_chat_messages():
     class WithSystem(vf.Taskset[SumTask]):
         def load(self):
