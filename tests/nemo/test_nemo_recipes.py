@@ -8,11 +8,9 @@ import torch
 from nemo_shaped_configs import (  # noqa: F401 (offline: an autouse fixture)
     dpo_shaped,
     grpo_shaped,
-    math_jsonl,
+    load_written,
+    nemo_assets,
     offline,
-    pairs_jsonl,
-    tiny_model,
-    write_yaml,
 )
 from tiny_config import with_rewards
 
@@ -24,14 +22,10 @@ from rlnb.run.config.nemo.translate import resolved, translate
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("nemo_recipes")
-    return {"model": tiny_model(root / "model"), "data": math_jsonl(root / "math.jsonl"),
-            "pairs": pairs_jsonl(root / "pairs.jsonl"), "root": root}
+    return nemo_assets(tmp_path_factory.mktemp("nemo_recipes"))
 
 
-def load(assets, cfg, name="c.yaml", overrides=()):
-    return rlnb.load_config(write_yaml(assets["root"] / name, cfg), list(overrides),
-                            ignore_unsupported=True)
+load = load_written
 
 
 def translated(cfg):

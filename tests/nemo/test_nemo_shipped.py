@@ -13,13 +13,12 @@ from nemo_shaped_configs import (  # noqa: F401 (offline: an autouse fixture)
     dpo_shaped,
     gdpo_shaped,
     grpo_shaped,
-    math_jsonl,
+    load_written,
     megatron,
+    nemo_assets,
     offline,
-    pairs_jsonl,
     ppo_shaped,
     prorl_shaped,
-    tiny_model,
     write_yaml,
 )
 from paths import ROOT
@@ -34,14 +33,10 @@ from rlnb.run.config.nemo.reader import resolve_interpolations, unset_env_keys
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("nemo_shipped")
-    return {"model": tiny_model(root / "model"), "data": math_jsonl(root / "math.jsonl"),
-            "pairs": pairs_jsonl(root / "pairs.jsonl"), "root": root}
+    return nemo_assets(tmp_path_factory.mktemp("nemo_shipped"))
 
 
-def load(assets, cfg, name="c.yaml", overrides=()):
-    return rlnb.load_config(write_yaml(assets["root"] / name, cfg), list(overrides),
-                            ignore_unsupported=True)
+load = load_written
 
 
 # --------------------------------------------------------------------------- meaning

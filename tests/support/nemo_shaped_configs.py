@@ -272,3 +272,17 @@ def dpo_shaped(model, pairs):
         "logger": common["logger"],
         "cluster": common["cluster"],
     }
+
+
+def nemo_assets(root):
+    """The tiny model, a math jsonl and a pairs jsonl under ``root`` (a module's fixture)."""
+    return {"model": tiny_model(root / "model"), "data": math_jsonl(root / "math.jsonl"),
+            "pairs": pairs_jsonl(root / "pairs.jsonl"), "root": root}
+
+
+def load_written(assets, cfg, name="c.yaml", overrides=()):
+    """``rlnb.load_config`` of ``cfg`` written as a NeMo-RL YAML, with --ignore-unsupported."""
+    import rlnb
+
+    return rlnb.load_config(write_yaml(assets["root"] / name, cfg), list(overrides),
+                            ignore_unsupported=True)
