@@ -60,6 +60,13 @@ def test_lora_cfg_is_policy_lora_with_automodels_choice_of_modules(assets, lora,
         assert getattr(c, key) == value, key
 
 
+def test_lora_module_lists_beside_match_all_linear_are_listed_as_without_effect(assets):
+    t = translated(with_lora(assets, match_all_linear=True, target_modules=["q_proj"]))
+    assert "adapts every linear layer" in t.ignored["policy.dtensor_cfg.lora_cfg.target_modules"]
+    assert t.config["policy"]["lora"]["match_all_linear"] is True
+    assert "target_modules" not in t.config["policy"]["lora"]
+
+
 def test_lora_dropout_after_the_adapters_is_refused_and_before_them_kept(assets):
     with pytest.raises(ValueError, match=r"lora_cfg.dropout_position: 'post' with dropout 0.1"):
         load(assets, with_lora(assets, dropout=0.1, dropout_position="post"))

@@ -234,6 +234,10 @@ def _lora(r: Report, owner: str) -> dict:
     targets, excluded = r.take(f"{s}.target_modules") or [], r.take(f"{s}.exclude_modules") or []
     if every:
         cfg["match_all_linear"] = True
+        for key, names in (("target_modules", targets), ("exclude_modules", excluded)):
+            if names:  # Automodel matches every linear layer first: the list has no effect
+                r.ignore(f"{s}.{key}", force=True, note="match_all_linear: true adapts every "
+                         "linear layer whatever the module lists say (Automodel's order)")
     elif targets:
         cfg.update(match_all_linear=False, target_modules=list(targets))
         if excluded:
