@@ -35,8 +35,8 @@ from harness import ROOT, load_text, machine_line
 CONFIG = ROOT / "configs" / "reasoning_gym_tiny.yaml"
 
 
-def config_for(door: str) -> dict:
-    raw = yaml.safe_load(CONFIG.read_text())
+def config_for(door: str, path=CONFIG) -> dict:
+    raw = yaml.safe_load(open(path).read())
     if door == "vf":  # the same data sets, through a verifiers environment
         sys.path.insert(0, str(ROOT / "examples" / "rlnb_rg_env"))
         datasets = {name: spec["config"] for name, spec in raw["data"]["datasets"].items()}
@@ -64,13 +64,13 @@ def held_out(trainer) -> dict[str, float]:
     return {**{k: sum(v) / len(v) for k, v in out.items()}, "all": m["validation/accuracy"]}
 
 
-def run(seed: int, door: str, budget: float) -> dict:
+def run(seed: int, door: str, budget: float, path=CONFIG, overrides=()) -> dict:
     from rlnb.run.training.session import TrainingRun
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["RLNB_CACHE_DIR"] = os.path.join(tmp, "cache")  # cold: no cached warm start
         start = time.perf_counter()
-        run = TrainingRun(config_for(door), overrides=[f"grpo.seed={seed}"],
+        run = TrainingRun(config_for(door, path), overrides=[*overrides, f"grpo.seed={seed}"],
                           run_dir=os.path.join(tmp, "run"), progress=False, log=lambda *a: None)
         trainer = run.trainer
         warm = time.perf_counter() - start
@@ -97,13 +97,16 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--doors", nargs="+", default=["rg", "vf"], choices=["rg", "vf"])
     parser.add_argument("--budget", type=float, default=600, help="seconds of GRPO per run")
+    parser.add_argument("--config", default=str(CONFIG), help="the recipe (default: %(default)s)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="overrides on the recipe, as rlnb train takes them")
     args = parser.parse_args()
     print(f"reasoning-gym on the tiny model, {args.budget:.0f} s of GRPO per run, cold warm "
           f"start ({machine_line()})", flush=True)
     results = []
     for seed in args.seeds:
         for door in args.doors:
-            r = run(seed, door, args.budget)
+            r = run(seed, door, args.budget, args.config, args.set)
             results.append(r)
             names = [k for k in r["before"] if k != "all"]
             gains = "  ".join(f"{n} {100 * r['before'][n]:.1f}% -> {100 * r['after'][n]:.1f}% "

@@ -4,6 +4,7 @@ runs it), assembled here in the order ``rlnb --help`` lists them.
     rlnb train [CONFIG.yaml] [key=value ...] [--run-dir DIR] [--resume DIR]
     rlnb verify RUN_DIR [--from-step K] [--steps N]   replay steps from a checkpoint, compare
     rlnb diff RUN_A RUN_B [--window N]   two runs side by side (config, metrics, stage times)
+    rlnb doctor RUN_DIR [--first N]   why isn't it learning: findings with their fixes
     rlnb demo                     a tour of the estimators and losses on one frozen batch
     rlnb run NOTEBOOK [-p KEY VALUE ...] [--run-dir DIR]          execute it headless
     rlnb sweep NOTEBOOK [-p KEY V1,V2 ...] [--root DIR] [--jobs N | --ray [ADDRESS]]
@@ -26,10 +27,10 @@ import argparse
 import os
 import sys
 
-from rlnb.cli import demo, diff, launch, preflight, run, sweep, teach, train, verify
+from rlnb.cli import demo, diff, doctor, launch, preflight, run, sweep, teach, train, verify
 from rlnb.cli.common import error_message
 
-COMMANDS = (demo, train, verify, diff, run, sweep, launch, teach, preflight)
+COMMANDS = (demo, train, verify, diff, doctor, run, sweep, launch, teach, preflight)
 
 
 def build_parser() -> argparse.ArgumentParser:
