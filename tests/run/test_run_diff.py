@@ -65,3 +65,35 @@ def test_the_cli_prints_the_diff_and_refuses_a_folder_that_is_no_run(runs, tmp_p
     bad = cli(a, tmp_path)
     assert bad.returncode == 2 and "config.yaml: not YAML" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_another_tools_folder_a_foreign_file_and_runs_with_nothing_in_common(runs, tmp_path,
+                                                                            capsys):
+    from rlnb.cli import main
+
+    a, _, _ = runs
+
+    def refused(*args):
+        assert main([*map(str, args)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        return err
+
+    log = tmp_path / "trl_log.jsonl"  # a file, not a folder
+    log.write_text('{"step": 1, "reward": 0.5}\n')
+    assert refused("diff", a, log) == (f"rlnb diff: {log}: a file, not a run directory "
+                                       "(expected the folder holding config.yaml and "
+                                       "metrics.jsonl)")
+    assert refused("doctor", tmp_path / "gone") == f"rlnb doctor: {tmp_path / 'gone'}: no such directory"
+    foreign = tmp_path / "foreign"  # an rlnb config beside a CSV written under the log's name
+    foreign.mkdir()
+    (foreign / "config.yaml").write_text((a / "config.yaml").read_text())
+    (foreign / "metrics.jsonl").write_text("step,reward\n1,0.5\n")
+    for command in ("diff", "doctor"):
+        args = (a, foreign) if command == "diff" else (foreign,)
+        assert refused(command, *args) == (f"rlnb {command}: {foreign / 'metrics.jsonl'}:1 is not "
+                                           "valid JSON (Expecting value: line 1 column 1 (char 0))")
+    (foreign / "metrics.jsonl").write_text('{"step": 1, "loss/dpo": 0.7}\n')
+    diff = diff_runs(a, foreign)
+    assert diff.warnings == ["nothing in common: the two runs log no metric under the same name "
+                             "(different loops or tools), so there is nothing to set side by side"]

@@ -44,6 +44,11 @@ def flat(d: Any, prefix: str = "") -> dict[str, Any]:
 def read_run(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``(flat config, metric records)`` of a run directory, or a one-line ValueError."""
     path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{path}: no such directory")
+    if not path.is_dir():
+        raise ValueError(f"{path}: a file, not a run directory (expected the folder holding "
+                         "config.yaml and metrics.jsonl)")
     config_file, metrics_file = path / "config.yaml", path / "metrics.jsonl"
     if not config_file.is_file():
         raise ValueError(f"{path}: no config.yaml (not an rlnb run directory)")
@@ -111,6 +116,9 @@ def diff_runs(a: str | Path, b: str | Path, window: int = 10) -> RunDiff:
                             f"set ({', '.join(apart)})")
     if not ra or not rb:
         out.warnings.append("one of the runs logged no step")
+    elif not ({k for r in ra for k in r} & {k for r in rb for k in r}) - {"step"}:
+        out.warnings.append("nothing in common: the two runs log no metric under the same name "
+                            "(different loops or tools), so there is nothing to set side by side")
     keys = [k for k in SHOWN if any(k in r for r in ra) or any(k in r for r in rb)]
     out.metrics = [(k, mean_last(ra, k, window), mean_last(rb, k, window)) for k in keys]
     stages = sorted({k for r in ra + rb for k in r if k.startswith("timing/train/")})
