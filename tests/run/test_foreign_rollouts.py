@@ -1,7 +1,8 @@
 """Other frameworks' rollouts in rlnb's views. A real tiny GRPO step is written out in NeMo-RL's,
-verl's and TRL's formats exactly as their writers lay them out (docs/guide.md#other-frameworks-
-rollouts), read back, and opened in the token view and the counterfactual replay; NeMo-RL's
-carries token ids and log-probs, so its replay must equal rlnb's own on the same step."""
+verl's and TRL's formats exactly as their writers lay them out
+(docs/guide.md#other-frameworks-rollouts), read back, and opened in the token view and the
+counterfactual replay; NeMo-RL's carries token ids and log-probs, so its replay must equal
+rlnb's own on the same step."""
 
 import json
 import math
@@ -150,3 +151,31 @@ def test_bad_rollout_files_get_one_line_naming_the_file(step, tmp_path):
     (tmp_path / "run").mkdir()
     with pytest.raises(ValueError, match="exists; import into a new folder"):
         import_rollouts(tmp_path, tmp_path / "run")
+
+
+def test_completions_written_by_trl_itself_replay_to_trls_own_advantages(step):
+    """tests/data/trl_grpo_run was written by TRL 1.16's GRPOTrainer (log_completions=True) on
+    the tiny model: tools/write_trl_completions.py. Two reward functions, one returning None on
+    some prompts (NaN in the file)."""
+    from paths import ROOT
+
+    trainer, _, _ = step
+    steps = ForeignRollouts(ROOT / "tests" / "data" / "trl_grpo_run")
+    assert steps.format == "trl" and steps.steps() == [1, 2]
+    frame = pd.read_parquet(steps.files[2])
+    cols = steps.rows(2)
+    assert len(set(cols["group"])) == 4 and all(
+        cols["group"][i] == cols["group"][i - i % 4] for i in range(16))  # blocks of G = 4
+    want = [d + (0.0 if math.isnan(e) else e) for d, e in zip(frame["digits"], frame["exact"])]
+    assert cols["reward"] == pytest.approx(want)
+    batch = steps.batch(2, trainer)
+    assert batch.responses == list(frame["completion"])
+    # TRL's advantage: (r - group mean) / (group std + 1e-4), the unbiased std
+    replay = compare_estimators(trainer, batch, [{"name": "grpo", "normalize_rewards": True,
+                                                  "use_leave_one_out_baseline": False}])
+    (got,) = replay.values()
+    assert got.sequence_advantages().tolist() == pytest.approx(frame["advantage"].tolist(),
+                                                               abs=2e-3)
+    no_signal = sum(len(set(cols["reward"][g * 4:(g + 1) * 4])) == 1 for g in range(4)) * 4
+    assert steps.funnel(2)["funnel/no_signal"] == no_signal
+    assert TokenView(trainer, batch, got).static_html()
