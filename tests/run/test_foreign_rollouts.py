@@ -16,7 +16,7 @@ import rlnb
 from rlnb.engine.inspection.counterfactual import compare_estimators, compare_losses
 from rlnb.run.config.master_config import load_config
 from rlnb.run.store.foreign_rollouts import ForeignRollouts, import_rollouts
-from rlnb.widgets import TokenView
+from rlnb.widgets import RolloutInspector, TokenView
 
 QUIET = ["grpo.val_period=0", "grpo.val_at_start=false", "grpo.val_at_end=false"]
 
@@ -178,4 +178,8 @@ def test_completions_written_by_trl_itself_replay_to_trls_own_advantages(step):
                                                                abs=2e-3)
     no_signal = sum(len(set(cols["reward"][g * 4:(g + 1) * 4])) == 1 for g in range(4)) * 4
     assert steps.funnel(2)["funnel/no_signal"] == no_signal
+    report = steps.signal(2)  # each stored group as the prompt's samples
+    assert report.group_size == 4 and len(report.prompts) == 4
+    assert report.expected[4] == pytest.approx(no_signal / 16)  # C(k,4)/C(4,4): measured exactly
+    assert RolloutInspector(trainer, batch, got).static_html()  # the group view
     assert TokenView(trainer, batch, got).static_html()

@@ -112,18 +112,28 @@ def signal_check(trainer, *, num_prompts: int | None = None, samples: int = 16,
         batch = sample_and_score(trainer.rollout_inputs(), trainer.generator, rows, samples,
                                  trainer.step_count)
     rewards = batch.rewards.view(len(rows), samples).tolist()  # [P, n]
-    correct = batch.correct.view(len(rows), samples).float()  # [P, n]
-    sizes = sorted({*group_sizes, G})
-    report = SignalReport(G, samples, trainer.step_count)
-    for i in range(len(rows)):
+    correct = batch.correct.view(len(rows), samples).float().mean(1).tolist()  # [P]
+    prompts = [batch.prompts[i * samples] for i in range(len(rows))]
+    return report_from_samples(prompts, rewards, G, trainer.step_count,
+                               correct if trainer.task.defines_correct else None, group_sizes)
+
+
+def report_from_samples(prompts: list[str], rewards: list[list[float]], group_size: int,
+                        step: int, success: list[float] | None = None,
+                        group_sizes=GROUP_SIZES) -> SignalReport:
+    """The report from rewards already sampled: ``rewards[i]`` the n_i rewards of prompt ``i``
+    (a probe's samples, or a stored step's group), ``success[i]`` its success rate if the task
+    has one. ``samples`` is the smallest n_i."""
+    sizes = sorted({*group_sizes, group_size})
+    report = SignalReport(group_size, min(map(len, rewards)), step)
+    for i, prompt in enumerate(prompts):
         tally = Counter(rewards[i])  # reward value -> how many of the n samples
         counts = list(tally.values())
-        entry = {"prompt": batch.prompts[i * samples],
-                 "p": float(correct[i].mean()) if trainer.task.defines_correct else None,
+        entry = {"prompt": prompt, "p": None if success is None else float(success[i]),
                  "counts": dict(sorted(tally.items()))}
         entry.update({f"no signal, G={g}": no_signal_estimate(counts, g) for g in sizes})
         report.prompts.append(entry)
-    report.expected = {g: sum(r[f"no signal, G={g}"] for r in report.prompts) / len(rows)
+    report.expected = {g: sum(r[f"no signal, G={g}"] for r in report.prompts) / len(prompts)
                        for g in sizes}
     report.advice = advice(report)
     return report

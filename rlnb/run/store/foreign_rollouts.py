@@ -4,6 +4,7 @@ counterfactual replay, or imported into a run directory for the funnel and ``rln
 
     steps = ForeignRollouts("logs/exp_001")              # the format is found from the files
     batch = steps.batch(3, trainer)                       # step 3 on the trainer's tokenizer
+    steps.funnel(3), steps.signal(3)                      # the funnel, the signal check
     advs = compare_estimators(trainer, batch)             # rlnb.engine.inspection.counterfactual
     TokenView(trainer, batch, advs["grpo"]).display()     # rlnb.widgets
     import_rollouts("logs/exp_001", "runs/nemo_import")   # rollouts/ + metrics.jsonl + config.yaml
@@ -271,6 +272,23 @@ class ForeignRollouts:
         batch.metrics = {}
         batch.stored_advantages = per_token("advantages")  # what the framework trained with
         return batch
+
+    def signal(self, step: int):
+        """The signal check (``rlnb.engine.inspection.signal_check``) from step ``step``'s own
+        groups: each prompt's rewards as its samples, the share of groups without signal for
+        the G the run used and for G in {2, 4, 8, 16}."""
+        from rlnb.engine.inspection.signal_check import report_from_samples
+
+        cols = self.rows(step)
+        by_group: dict[int, list[float]] = {}
+        prompts: dict[int, str] = {}
+        for g, p, r in zip(cols["group"], cols["prompt"], cols["reward"]):
+            by_group.setdefault(g, []).append(r)
+            prompts.setdefault(g, p)
+        groups = sorted(by_group)
+        G = max(len(v) for v in by_group.values())
+        return report_from_samples([prompts[g] for g in groups], [by_group[g] for g in groups],
+                                   G, step)
 
     def funnel(self, step: int) -> dict[str, float]:
         """Step ``step``'s sample funnel (``rlnb.engine.trainers.funnel``) from the file alone:
