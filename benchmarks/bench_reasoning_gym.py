@@ -2,11 +2,13 @@
 and the same task through two doors (reasoning-gym's task, a verifiers environment wrapping it).
 
 For each seed and door this builds the run of ``configs/reasoning_gym_tiny.yaml`` (spell_backward
-with 3-5 letter words and basic_arithmetic adding two 1-2 digit terms, half and half), warm-starts
-it on the data sets' own answers with a cold cache, then trains with GRPO until ``--budget``
-seconds of GRPO have passed (the warm start is timed apart), validating every 50 steps and at
-the end. Held-out: 200 questions never trained on, one answer each at temperature 1, the
-accuracy of each data set apart.
+with 3-5 letter words and basic_arithmetic adding two 1-2 digit terms, half and half; ``--only``
+keeps one of them, ``--config`` takes another recipe, e.g.
+``configs/reasoning_gym_arithmetic_tiny.yaml``: basic_arithmetic alone, two 2-digit terms),
+warm-starts it on the data sets' own answers with a cold cache, then trains with GRPO until
+``--budget`` seconds of GRPO have passed (the warm start is timed apart), validating every 50
+steps and at the end. Held-out: 200 questions never trained on, one answer each at temperature
+1, the accuracy of each data set apart.
 
 - door ``rg``: ``data.name: reasoning_gym`` (rlnb's reasoning-gym task);
 - door ``vf``: ``data.name: verifiers`` with ``examples/rlnb_rg_env`` (a verifiers taskset of
@@ -18,6 +20,7 @@ warm start's and GRPO's seconds, the share of a step spent scoring (``reward_cal
 ``total_step_time``, the median over the run's steps), and the load.
 
     python benchmarks/bench_reasoning_gym.py [--seeds 0 1 2] [--doors rg vf] [--budget 600]
+        [--only NAME] [--config PATH] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -35,8 +38,13 @@ from harness import ROOT, load_text, machine_line
 CONFIG = ROOT / "configs" / "reasoning_gym_tiny.yaml"
 
 
-def config_for(door: str, path=CONFIG) -> dict:
+def config_for(door: str, path=CONFIG, only: str | None = None) -> dict:
     raw = yaml.safe_load(open(path).read())
+    if only is not None:  # one of the recipe's data sets, trained alone
+        if only not in raw["data"]["datasets"]:
+            raise SystemExit(f"--only {only}: the recipe's data sets are "
+                             f"{sorted(raw['data']['datasets'])}")
+        raw["data"]["datasets"] = {only: raw["data"]["datasets"][only]}
     if door == "vf":  # the same data sets, through a verifiers environment
         sys.path.insert(0, str(ROOT / "examples" / "rlnb_rg_env"))
         datasets = {name: spec["config"] for name, spec in raw["data"]["datasets"].items()}
@@ -64,13 +72,13 @@ def held_out(trainer) -> dict[str, float]:
     return {**{k: sum(v) / len(v) for k, v in out.items()}, "all": m["validation/accuracy"]}
 
 
-def run(seed: int, door: str, budget: float, path=CONFIG, overrides=()) -> dict:
+def run(seed: int, door: str, budget: float, path=CONFIG, overrides=(), only=None) -> dict:
     from rlnb.run.training.session import TrainingRun
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["RLNB_CACHE_DIR"] = os.path.join(tmp, "cache")  # cold: no cached warm start
         start = time.perf_counter()
-        run = TrainingRun(config_for(door, path), overrides=[*overrides, f"grpo.seed={seed}"],
+        run = TrainingRun(config_for(door, path, only), overrides=[*overrides, f"grpo.seed={seed}"],
                           run_dir=os.path.join(tmp, "run"), progress=False, log=lambda *a: None)
         trainer = run.trainer
         warm = time.perf_counter() - start
@@ -98,6 +106,8 @@ def main() -> None:
     parser.add_argument("--doors", nargs="+", default=["rg", "vf"], choices=["rg", "vf"])
     parser.add_argument("--budget", type=float, default=600, help="seconds of GRPO per run")
     parser.add_argument("--config", default=str(CONFIG), help="the recipe (default: %(default)s)")
+    parser.add_argument("--only", metavar="NAME",
+                        help="train one of the recipe's data sets alone")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="overrides on the recipe, as rlnb train takes them")
     args = parser.parse_args()
@@ -106,7 +116,7 @@ def main() -> None:
     results = []
     for seed in args.seeds:
         for door in args.doors:
-            r = run(seed, door, args.budget, args.config, args.set)
+            r = run(seed, door, args.budget, args.config, args.set, args.only)
             results.append(r)
             names = [k for k in r["before"] if k != "all"]
             gains = "  ".join(f"{n} {100 * r['before'][n]:.1f}% -> {100 * r['after'][n]:.1f}% "
