@@ -119,7 +119,7 @@ def test_rlnb_records_the_traces_task_score_records(taskset):
         for reply in ("", "0", row["answer"], "12", "x"):
             theirs, ours = t._trace(task, row, reply), t._trace(task, row, reply)
             asyncio.run(task.score(theirs))
-            asyncio.run(t._score(task, ours))
+            asyncio.run(t.score_trace(task, ours))
             assert ours.rewards == theirs.rewards and ours.metrics == theirs.metrics, reply
             assert theirs.rewards  # (something was scored)
 

@@ -218,7 +218,7 @@ def _importable(name: str) -> bool:
 def test_readme_and_guide_python_examples_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spaces = []
-    for doc, count in (("README.md", 1), ("docs/guide.md", 4)):
+    for doc, count in (("README.md", 1), ("docs/guide.md", 5)):
         examples = re.findall(r"```python\n(.*?)```", (ROOT / doc).read_text(), re.S)
         assert len(examples) == count, doc
         for example in examples:
@@ -226,7 +226,7 @@ def test_readme_and_guide_python_examples_run(tmp_path, monkeypatch):
             if example.startswith("import verifiers") and not _importable("verifiers"):
                 continue  # the envs extra's example: tests/engine/test_verifiers.py says so
             exec(compile(example, doc, "exec"), spaces[-1])
-    stages, own_task, environment, agents, algorithms = spaces
+    stages, own_task, environment, tool_environment, agents, algorithms = spaces
     # an agent task and the client on its own (guide: "Agents")
     assert agents["trainer"].step_count == 1 and agents["metrics"]["train/mean_turns"] > 1
     assert "train/agent/generation_calls" in agents["metrics"]
@@ -237,6 +237,12 @@ def test_readme_and_guide_python_examples_run(tmp_path, monkeypatch):
         assert trainer.task.name == "verifiers" and len(trainer.task.tasks) == 2500
         assert len(trainer.task.val_rows()) == 100 and trainer.task.defines_correct
         assert "train/reward/exact" in trainer.step()
+    # a verifiers environment with a tool: agent episodes (guide: "verifiers tool environments")
+    if tool_environment:
+        trainer = tool_environment["trainer"]
+        assert type(trainer.task).__name__ == "VerifiersAgentTask"
+        assert trainer.task.tools[0]["function"]["name"] == "calc"
+        assert "train/reward/correct" in trainer.step()
     # a user's reward functions and data (guide: "Your own task"): one step, each component
     assert own_task["trainer"].step_count == 1
     assert {"train/reward/format_reward", "train/reward/accuracy_reward"} <= set(

@@ -195,10 +195,12 @@ def run_coroutine(coro):
 
 
 def sample_agent_episodes(agent: Callable, generator, tokenizer, rows: list[dict], *,
-                          max_turns: int, max_new_tokens: int, max_total_length: int
+                          max_turns: int, max_new_tokens: int, max_total_length: int,
+                          rewards_of: Callable | None = None
                           ) -> tuple[Conversations, torch.Tensor, dict[str, float]]:
     """Run one episode per row and lay them out as a rollout: ``(Conversations,
-    sample_mask [B], metrics)``."""
+    sample_mask [B], metrics)``. ``rewards_of(components, B) -> (total [B], correct [B])``
+    replaces choice 2's sum and rule (a verifiers rubric's weights: ``verifiers_agent.py``)."""
     sampler = PolicySampler(generator, tokenizer, max_total_length, max_new_tokens)
     start = time.perf_counter()
     episodes, outcomes, batcher = run_coroutine(
@@ -210,8 +212,11 @@ def sample_agent_episodes(agent: Callable, generator, tokenizer, rows: list[dict
     B, pad = len(rows), tokenizer.pad_token_id
     names = sorted({k for o in outcomes for k in o.components})
     components = {k: torch.tensor([o.components.get(k, 0.0) for o in outcomes]) for k in names}
-    total = sum(components.values()) if components else torch.zeros(B)
-    correct = components["correct"] > 0 if "correct" in components else total > 0
+    if rewards_of is not None:
+        total, correct = rewards_of(components, B)
+    else:
+        total = sum(components.values()) if components else torch.zeros(B)
+        correct = components["correct"] > 0 if "correct" in components else total > 0
     samples = [e.sample() for e in episodes]
     empty = [not s[0] for s in samples]
     first = [s[0] or [tokenizer.bos_token_id or pad] for s in samples]

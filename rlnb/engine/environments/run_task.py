@@ -139,8 +139,9 @@ def build_run_task(config, tokenizer=None, *, reward_funcs=None, reward_weights=
 
 
 def _verifiers_task(config, tokenizer, environment):
-    """A verifiers environment's task (``verifiers_task.py``), single-turn, with the run's notion
-    of correct; one handed over in Python, or the installed one ``data.env_id`` names."""
+    """A verifiers environment's task (``verifiers_task.py``) with the run's notion of correct
+    (the trainer runs one with tools as agent episodes: ``agents/verifiers_agent.py``); one
+    handed over in Python, or the installed one ``data.env_id`` names."""
     from rlnb.engine.environments.verifiers_task import VerifiersTask
 
     data = config.data
@@ -148,15 +149,21 @@ def _verifiers_task(config, tokenizer, environment):
     if getattr(config, "reward_funcs", None):
         raise ValueError("reward_funcs with data.name: verifiers: the environment's rubric "
                          "scores the completions; drop one of them")
-    loop = loop_section_of(config)
-    if loop is not None and getattr(loop, "max_rollout_turns", 1) > 1:
-        raise ValueError(f"data.name: verifiers runs single-turn environments, but "
-                         f"{loop.section}.max_rollout_turns={loop.max_rollout_turns}: set it to 1")
     if environment is not None:
         task = VerifiersTask.from_taskset(environment, max_rows=settings["max_rows"],
                                           num_val=settings["num_val"], seed=settings["seed"])
     else:
         task = VerifiersTask(**settings)
+    loop = loop_section_of(config)
+    turns, section = getattr(loop, "max_rollout_turns", 1), getattr(loop, "section", "grpo")
+    if task.multi_turn and turns == 1:
+        raise ValueError(f"verifiers environment {task.env_id!r} has tools or @vf.stop hooks: "
+                         f"its episodes take turns, but {section}.max_rollout_turns is 1; "
+                         "set it to the model turns an episode may take (say 4)")
+    if not task.multi_turn and turns > 1:
+        raise ValueError(f"verifiers environment {task.env_id!r} is single-turn (no tools, no "
+                         f"@vf.stop hooks), but {section}.max_rollout_turns={turns}: set "
+                         "it to 1")
     names = task.reward_names
     if data.correct_reward is not None:
         if data.correct_reward not in (*names, "total"):

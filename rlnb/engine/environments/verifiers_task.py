@@ -6,14 +6,16 @@ rewards score rlnb's completions (the optional ``envs`` extra: ``pip install -e 
 
     r = Σ_k w_k · score_k        (the task's @vf.reward methods; weight 0 and @vf.metric: logged)
 
-Single-turn: one completion per prompt (multi-turn environments need the agent seam).
+Single-turn: one completion per prompt. An environment with tools or ``@vf.stop`` hooks runs
+as agent episodes (``rlnb/engine/agents/verifiers_agent.py``) when ``max_rollout_turns`` > 1.
 
 Implementation choices:
 1) verifiers 0.4's environments are ``verifiers.v1``: a ``Taskset`` yields ``Task``s whose
    ``TaskData`` holds the prompt (text or messages) and a system prompt, and whose ``@vf.reward``
    and ``@vf.metric`` methods score a ``Trace``. An environment id is the taskset's installed
    package (``vf.load_taskset``, the way ``vf.load_environment`` finds it); ``env_args`` are the
-   fields of that taskset's config. A ``vf.Env`` handed over gives its taskset.
+   fields of that taskset's config. A ``vf.Env`` handed over gives its taskset (one with
+   episodes of its own, ``Env.run``, or a harness other than ``null``, is refused).
 2) Rows: each task's prompt, as chat messages when it has a system prompt or is messages
    (through the tokenizer's chat template; few-shot turns in the prompt stay), else as text;
    the task data's other fields are row columns (``answer`` is the warm start's demonstration).
@@ -89,7 +91,18 @@ def load_taskset(env_id: str, env_args: dict[str, Any] | None = None):
 def taskset_of(environment):
     """The taskset of what a user hands over: a ``vf.Taskset``, or a ``vf.Env``'s."""
     vf = _vf()
-    if isinstance(environment, vf.Env):
+    if isinstance(environment, vf.Env):  # what its episodes would run beyond the taskset: refused
+        if not isinstance(environment, vf.SingleAgentEnv):
+            raise ValueError(f"environment= {type(environment).__name__} runs episodes of its "
+                             "own (Env.run: a simulated user, several agents), which rlnb does "
+                             "not run; it trains one agent on a taskset: pass the taskset "
+                             "(env.taskset) or a SingleAgentEnv")
+        harness = environment.config.agent.harness
+        if harness is not None and harness.id != "null":
+            raise ValueError(f"environment=: its agent runs harness {harness.id!r}, a program "
+                             "with tools of its own in a runtime, which rlnb does not run; rlnb "
+                             "runs the tool-less chat loop (harness 'null') with the taskset's "
+                             "toolsets")
         return environment.taskset
     if isinstance(environment, vf.Taskset):
         return environment
@@ -164,7 +177,7 @@ class VerifiersTask(RowsOf):
                 break
         if not tasks:
             raise ValueError(f"verifiers environment {self.env_id!r} has no tasks")
-        self.tasks = tasks
+        self.tasks, self.taskset = tasks, taskset
         self._check_hooks(tasks[0])
         base_fields = set(vf.TaskData.model_fields)
         rows = []
@@ -187,7 +200,7 @@ class VerifiersTask(RowsOf):
         self.defines_correct = False  # run_task sets it from data.correct_reward
         self.correct_reward: str | None = None
         self.correct_threshold = 1.0
-        self._agent = vf.AgentInfo(config=vf.AgentConfig())
+        self.agent_info = vf.AgentInfo(config=vf.AgentConfig())
         self._plans: dict[tuple, tuple[list, list]] = {}
 
     def _check_hooks(self, task) -> None:
@@ -201,6 +214,20 @@ class VerifiersTask(RowsOf):
         if task.config.judges:
             raise ValueError(f"verifiers environment {self.env_id!r}: its judges need a model "
                              "endpoint, which rlnb does not run in scoring")
+
+    @property
+    def multi_turn(self) -> bool:
+        """Whether episodes take turns: the tasks have tools (their own toolsets or the
+        taskset's) or ``@vf.stop`` hooks (``agents/verifiers_agent.py`` runs them)."""
+        task = self.tasks[0]
+        return bool(type(task).toolsets(task.config) or type(self.taskset).toolsets(
+            self.taskset.config) or task.hooks("stop"))
+
+    @property
+    def reward_weights(self) -> dict[str, float]:
+        """Each reward's weight, by name."""
+        return {fn.__name__: getattr(fn, "_vf_weight", 1.0)
+                for fn in self.tasks[0].hooks("reward")}
 
     @property
     def reward_names(self) -> list[str]:
@@ -217,13 +244,14 @@ class VerifiersTask(RowsOf):
         nodes.append(vf.MessageNode(parent=len(nodes) - 1, sampled=True,
                                     message=vf.AssistantMessage(content=response)))
         return vf.Trace(task=vf.TraceTask(type=type(task).__name__, data=task.data),
-                        agent=self._agent, nodes=nodes, is_completed=True, ok=True)
+                        agent=self.agent_info, nodes=nodes, is_completed=True, ok=True)
 
     def score(self, prompts: list[str], responses: list[str], rows: list[dict]) -> Rewards:
         check_batch(self.name, prompts, responses, rows)
         tasks = [self.tasks[row["vf_index"]] for row in rows]
         traces = [self._trace(t, row, r) for t, row, r in zip(tasks, rows, responses)]
-        outcomes = run_coroutines([_scored(self._score(t, tr)) for t, tr in zip(tasks, traces)])
+        outcomes = run_coroutines([_scored(self.score_trace(t, tr))
+                                   for t, tr in zip(tasks, traces)])
         for i, err in enumerate(outcomes):
             if err is not None:
                 raise ValueError(self._culprit(tasks[i], traces[i], rows[i], i, err))
@@ -270,7 +298,7 @@ class VerifiersTask(RowsOf):
             self._plans[key] = plan
         return plan
 
-    async def _score(self, task, trace) -> None:
+    async def score_trace(self, task, trace) -> None:
         """``Task.score(trace)`` offline (choice 3), recording into ``trace`` the same way."""
         from verifiers.v1.utils.decorators import seed, unseed
 

@@ -37,6 +37,7 @@ import torch
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
 from rlnb.config import Config
 from rlnb.engine.agents.templates import check_agent_task
+from rlnb.engine.agents.verifiers_agent import VerifiersAgentTask
 from rlnb.engine.data.batches import RolloutBatch, StepMetrics
 from rlnb.engine.environments.prompts import format_prompt
 from rlnb.engine.environments.run_task import build_run_task, with_user_data
@@ -133,6 +134,9 @@ class Trainer(SaveState):
             config.policy, seed=loop.seed, need_reference=self.need_reference, dist=self.dist
         )
         self.task = task or build_run_task(config, self.policy.tokenizer, **user)
+        if getattr(self.task, "multi_turn", False) and getattr(self.task, "taskset", None):
+            # a verifiers environment with tools: its episodes run as agent code
+            self.task = VerifiersAgentTask(self.task, max_turns=loop.max_rollout_turns)
         self.env = config.env.build(self.task)  # what steps multi-turn conversations
         if getattr(self.task, "agent", None) is not None:  # its turns are one sample each
             check_agent_task(self.task, self.policy.tokenizer, config)

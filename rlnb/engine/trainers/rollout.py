@@ -79,7 +79,8 @@ def sample_and_score(inputs: RolloutInputs, generator, rows: list[dict[str, Any]
     if agent is not None:  # the task's agent code drives the turns (agents/rollouts.py)
         conv, sample_mask, agent_metrics = sample_agent_episodes(
             agent, generator, inputs.tokenizer, rep_rows, max_turns=inputs.max_rollout_turns,
-            max_new_tokens=inputs.max_new_tokens, max_total_length=inputs.max_total_length)
+            max_new_tokens=inputs.max_new_tokens, max_total_length=inputs.max_total_length,
+            rewards_of=getattr(inputs.task, "rewards_of", None))
         prompts = conv.prompts  # the agent's first request, as the template rendered it
         gens, rewards, generated = conv.generations, conv.rewards, conv.token_mask
         t_gen, t_reward = conv.seconds_generation, conv.seconds_environment

@@ -1,0 +1,255 @@
+"""A verifiers tool environment as an agent task: its tasks are the rows, its toolsets the tools,
+its ``@vf.stop`` hooks end an episode, its rubric scores the whole conversation.
+
+    class Calc(vf.Toolset):
+        @vf.tool
+        async def calc(self, x: str) -> str: ...
+    class MyTask(vf.Task[MyData]):
+        @classmethod
+        def toolsets(cls, config): return [Calc(vf.ToolsetConfig())]
+        @vf.reward
+        async def correct(self, task, trace) -> float: ...
+
+    trainer = rlnb.GRPOTrainer(config, environment=MyTaskset(vf.TasksetConfig()))
+    # with grpo.max_rollout_turns > 1: every sample is one episode of the chat loop below
+
+    r = Σ_k w_k · score_k   (the task's @vf.reward methods on the episode's whole trace)
+
+Implementation choices:
+1) verifiers 0.4 (``verifiers.v1``) runs an episode as a harness program that reaches the
+   model over HTTP through its interception server, with tools served by MCP servers built
+   and installed with ``uv`` in a runtime. None of that runs offline or in one process, so
+   rlnb runs the loop of verifiers' tool-less-program harness (``null``) itself, in process,
+   against the in-process client (``client.py``): the task's system prompt and prompt, then
+   model turns; each tool call is executed and answered by a ``tool`` message; the episode
+   ends at the first reply without a tool call. The client records every turn's token ids
+   and log-probs as sampled (``episode.py``): the episode is one trainable sample.
+2) Tools: each of the task's toolsets (``Task.toolsets``, and the taskset's shared
+   ``Taskset.toolsets``) registers its ``@vf.tool`` methods on an MCP server object, as its
+   tool server would (``Toolset.register``), and the episode lists and calls them on that
+   object without a transport: the tool schemas are MCP's, derived from the signatures, and
+   names carry the server's prefix (``<server>_<tool>``; ``TOOL_PREFIX = None``: bare) as
+   verifiers' chat program names them. ``setup`` and ``setup_task`` run per episode on fresh
+   toolset objects. Bad calls are answered, as verifiers' program answers them: JSON that
+   does not parse, arguments that are not an object, an unknown tool, a tool that raises or
+   rejects its arguments (MCP's error text) -- never raised.
+3) Ends: verifiers' turn limit is ``grpo.max_rollout_turns`` (stop condition ``max_turns``);
+   ``@vf.stop`` hooks on the trace are asked before each model turn, as verifiers asks them.
+   A stopped episode is scored, as verifiers scores it.
+4) Scoring: the episode's trace (every message; the model's replies ``sampled``, with their
+   tool calls) is scored offline by the task's metrics and rewards (``VerifiersTask``'s
+   scoring, the same code as its single-turn path). A reward of weight w is the component
+   w · score (``train/reward/<name>``), so the components sum to verifiers' ``trace.reward``;
+   correct is the run's ``data.correct_reward`` at its threshold when set, else total > 0.
+5) Refused when the task is built, naming the hook: what rlnb's loop does not run and would
+   otherwise skip silently -- ``@vf.intercept`` hooks, ``@vf.stop`` hooks on a request or a
+   response, toolsets that keep state across calls (verifiers' state channel), and what the
+   single-turn path refuses (rewards needing a runtime, judges).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch
+
+from rlnb.engine.agents.agent_task import AgentTask
+from rlnb.engine.agents.rollouts import run_coroutine
+from rlnb.engine.environments.verifiers_task import VerifiersTask
+
+
+def tool_servers(task, taskset) -> list:
+    """The toolsets an episode of ``task`` gets (choice 2): the task's own, then the
+    taskset's shared ones."""
+    return [*type(task).toolsets(task.config), *type(taskset).toolsets(taskset.config)]
+
+
+def check_hooks(task, taskset, env_id: str) -> None:
+    """Refuse what the loop does not run (choice 5)."""
+    from verifiers.v1.session import hook_boundary
+    from verifiers.v1.state import State
+    from verifiers.v1.trace import Trace
+    from verifiers.v1.utils.decorators import discover_decorated
+    from verifiers.v1.utils.generic import concrete_type
+
+    for fn in discover_decorated(task, "intercept"):
+        raise ValueError(f"verifiers environment {env_id!r}: @vf.intercept {fn.__name__!r} "
+                         "rewrites model calls at verifiers' interception server, which rlnb's "
+                         "in-process loop does not run")
+    for fn in task.hooks("stop"):
+        if hook_boundary(fn, allow_trace=True) is not Trace:
+            raise ValueError(f"verifiers environment {env_id!r}: @vf.stop {fn.__name__!r} "
+                             "reads a request or response at the interception server; rlnb asks "
+                             "stops on the trace only (annotate its parameter `trace: vf.Trace`)")
+    for server in tool_servers(task, taskset):
+        state = concrete_type(type(server), State) or State
+        if state is not State:
+            raise ValueError(f"verifiers environment {env_id!r}: toolset "
+                             f"{type(server).__name__!r} keeps state ({state.__name__}) across "
+                             "calls through verifiers' state channel, which rlnb's in-process "
+                             "loop does not run")
+
+
+class Tools:
+    """One episode's toolsets, served in process (choice 2)."""
+
+    def __init__(self, servers: list):
+        self.servers = servers
+        self.schemas: list[dict] = []
+        self.dispatch: dict[str, tuple[Any, str]] = {}  # full name -> (MCP server, tool name)
+
+    async def open(self, task) -> Tools:
+        from mcp.server.mcpserver import MCPServer
+
+        for server in self.servers:
+            mcp = MCPServer(server.server_name or "tools")
+            server.register(mcp)
+            await server.setup()
+            await server.setup_task(task)
+            for tool in await mcp.list_tools():
+                name = f"{server.server_name}_{tool.name}" if server.server_name else tool.name
+                if name in self.dispatch:
+                    raise ValueError(f"two tools are called {name!r}; keep tool names "
+                                     "qualified (TOOL_PREFIX)")
+                self.dispatch[name] = (mcp, tool.name)
+                self.schemas.append({"type": "function", "function": {
+                    "name": name, "description": tool.description or "",
+                    "parameters": tool.input_schema}})
+        return self
+
+    async def call(self, name: str, arguments: str) -> str:
+        """The tool message's content for one call; mistakes are answered (choice 2)."""
+        try:
+            args = json.loads(arguments or "{}")
+        except json.JSONDecodeError as err:
+            return (f"error: invalid JSON in tool arguments ({err}); resend the call with "
+                    "valid JSON")
+        if not isinstance(args, dict):
+            return (f"error: tool arguments must be a JSON object, got {type(args).__name__}; "
+                    "resend as an object")
+        if name not in self.dispatch:
+            return f"error: unknown tool {name!r}"
+        mcp, raw = self.dispatch[name]
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        try:
+            result = await mcp.call_tool(raw, args)
+        except ToolError as err:  # what MCP's server answers as an error result
+            return str(err)
+        from verifiers.v1.harnesses.utils.mcp import mcp_content_to_chat_content
+
+        content = mcp_content_to_chat_content(result.content)
+        return content if isinstance(content, str) else json.dumps(content)
+
+
+class VerifiersAgentTask(AgentTask):
+    """A verifiers environment with tools (or ``@vf.stop`` hooks) as episodes (module
+    docstring). ``rows``: the single-turn ``VerifiersTask`` of the same environment, whose rows,
+    held-out split, warm-start answers and scoring it uses."""
+
+    def __init__(self, rows: VerifiersTask, *, max_turns: int, taskset=None):
+        self.vf_rows = rows
+        self.max_turns = max_turns
+        self.taskset = taskset if taskset is not None else rows.taskset
+        for task in rows.tasks[:1]:
+            check_hooks(task, self.taskset, rows.env_id)
+        # the rows, their held-out split and warm-start answers stay the verifiers task's
+        super().__init__(self.episode, train=rows.train_rows(1), name=rows.env_id)
+        # the tools as the template renders them, for the prefix check before training
+        first = rows.tasks[0]
+        self.tools = run_coroutine(Tools(tool_servers(first, self.taskset)).open(first)
+                                   ).schemas or None
+        self.fingerprint = [*rows.fingerprint, "agent", max_turns]
+        self.correct_reward = rows.correct_reward
+        self.correct_threshold = rows.correct_threshold
+
+    def train_rows(self, n: int, seed: int = 0) -> list[dict]:
+        return self.vf_rows.train_rows(n, seed)
+
+    def val_rows(self, n: int | None = None) -> list[dict]:
+        return self.vf_rows.val_rows(n)
+
+    def demonstration(self, row: dict) -> str:
+        return self.vf_rows.demonstration(row)
+
+    async def episode(self, client, row: dict) -> dict[str, float]:
+        """One episode of the chat loop (choices 1-3), its reward components (choice 4)."""
+        import verifiers.v1 as vf
+
+        task = self.vf_rows.tasks[row["vf_index"]]
+        prompt = row["prompt"]
+        messages: list = ([{"role": "user", "content": prompt}] if isinstance(prompt, str)
+                          else [dict(m) for m in prompt])
+        trace = vf.Trace(task=vf.TraceTask(type=type(task).__name__, data=task.data),
+                         agent=self.vf_rows.agent_info, nodes=[
+                             vf.MessageNode(parent=i - 1 if i else None, message=m)
+                             for i, m in enumerate(messages)])
+        tools = await Tools(tool_servers(task, self.taskset)).open(task)
+        stops = task.hooks("stop")
+
+        def add(message, sampled: bool = False) -> None:
+            trace.nodes.append(vf.MessageNode(parent=len(trace.nodes) - 1, message=message,
+                                              sampled=sampled))
+
+        while not await self._stopped(trace, stops):
+            reply = await client.chat.completions.create(messages=messages,
+                                                         tools=tools.schemas or None)
+            message = reply.choices[0].message
+            messages.append(message)
+            calls = message.tool_calls or []
+            add(vf.AssistantMessage(content=message.content, tool_calls=[
+                vf.ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
+                for c in calls] or None), sampled=True)
+            if not calls:
+                trace.is_completed = True
+                break
+            for call in calls:
+                content = await tools.call(call.function.name, call.function.arguments)
+                tool_message = {"role": "tool", "tool_call_id": call.id,
+                                "name": call.function.name, "content": content}
+                messages.append(tool_message)
+                add(vf.ToolMessage(**tool_message))
+        return await self._components(task, trace)
+
+    async def _stopped(self, trace, stops) -> bool:
+        """Whether the episode ends before another model turn (choice 3)."""
+        if trace.num_turns >= self.max_turns:
+            trace.stop("max_turns")
+            return True
+        from verifiers.v1.session import call_hook
+        from verifiers.v1.trace import Trace
+
+        for fn in stops:
+            result = await call_hook(fn, {Trace: trace})
+            if not isinstance(result, bool):
+                raise ValueError(f"@vf.stop {fn.__name__!r} returned "
+                                 f"{type(result).__name__}, not bool")
+            if result:
+                trace.stop(fn.__name__)
+                return True
+        return False
+
+    async def _components(self, task, trace) -> dict[str, float]:
+        """The trace scored (choice 4): each reward of weight != 0, its raw score (the weights
+        are applied by ``rewards_of``)."""
+        await self.vf_rows.score_trace(task, trace)
+        out = {}
+        for name, reward in trace.rewards.items():
+            if reward is not None and reward.weight != 0:
+                out[name] = float(reward.score)
+        return out
+
+    def rewards_of(self, components: dict[str, torch.Tensor], B: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(total [B], correct [B])`` of a batch of episodes' components (choice 4):
+        Σ w · score, and the run's notion of correct."""
+        weights = self.vf_rows.reward_weights
+        total = torch.zeros(B)
+        for name, scores in components.items():
+            total += weights.get(name, 1.0) * scores
+        if self.correct_reward is None:
+            return total, total > 0
+        ref = total if self.correct_reward == "total" else components.get(
+            self.correct_reward, torch.zeros(B))
+        return total, ref >= self.correct_threshold

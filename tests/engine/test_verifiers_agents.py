@@ -1,0 +1,227 @@
+"""A verifiers tool environment (``verifiers.v1``: a ``Toolset`` of ``@vf.tool`` methods, ``@vf.stop``
+hooks, a weighted rubric) built in the test and trained as agent episodes: tools served and
+called in process with MCP's own schemas, bad calls answered as verifiers' chat program answers
+them, turn limits and stops scored as verifiers scores them, the rubric's weights in the total,
+what the loop cannot run refused by name, and a GRPO step on the tiny model whose log-probs are
+the sampler's own. (The envs extra: skipped where verifiers is absent.)"""
+
+import asyncio
+
+import pytest
+import torch
+
+vf = pytest.importorskip("verifiers.v1")
+
+import rlnb  # noqa: E402
+from rlnb.engine.agents.client import AsyncLocalOpenAI  # noqa: E402
+from rlnb.engine.agents.episode import Episode  # noqa: E402
+from rlnb.engine.agents.inspector import trajectory_tokens  # noqa: E402
+from rlnb.engine.agents.sampler import Sampled  # noqa: E402
+from rlnb.engine.agents.verifiers_agent import Tools, VerifiersAgentTask  # noqa: E402
+from rlnb.engine.environments.verifiers_task import VerifiersTask  # noqa: E402
+from rlnb.engine.models.tiny import build_char_tokenizer  # noqa: E402
+from rlnb.run.config.master_config import load_config  # noqa: E402
+
+
+class Calc(vf.Toolset):
+    TOOL_PREFIX = None  # the tool is advertised bare: ``calc``
+
+    @vf.tool
+    async def calc(self, x: str) -> str:
+        """Multiply 'a*b'."""
+        a, b = x.split("*")
+        return str(int(a) * int(b))
+
+
+class Product(vf.TaskData):
+    answer: str = ""
+
+
+class ProductTask(vf.Task[Product]):
+    @classmethod
+    def toolsets(cls, config):
+        return [Calc(vf.ToolsetConfig())]
+
+    @vf.reward
+    async def correct(self, task: Product, trace) -> float:
+        return float(trace.last_reply == task.answer)
+
+    @vf.reward(weight=0.5)
+    async def used_tool(self, trace) -> float:
+        return float(any(m.tool_calls for m in trace.assistant_messages))
+
+
+class Products(vf.Taskset[ProductTask]):
+    def load(self):
+        for a in range(10, 20):
+            for b in (11, 12):
+                yield ProductTask(Product(prompt=f"{a}*{b}", answer=str(a * b)))
+
+
+SMALL = ["grpo.val_period=0", "grpo.val_at_start=false", "grpo.val_at_end=false",
+         "sft.enabled=false", "policy.tiny.chat_template=true", "grpo.num_prompts_per_step=2",
+         "grpo.num_generations_per_prompt=3", "policy.max_total_sequence_length=96",
+         "policy.generation.max_new_tokens=12", "grpo.max_rollout_turns=3", "data.num_val=4"]
+
+
+def agent_task(taskset=None, max_turns=3) -> VerifiersAgentTask:
+    rows = VerifiersTask.from_taskset(taskset or Products(vf.TasksetConfig()), num_val=4)
+    return VerifiersAgentTask(rows, max_turns=max_turns)
+
+
+def scripted(replies):
+    """The in-process client, its completions the given texts in turn (the model's part only:
+    template, tool-call parsing, recording are the real ones)."""
+    tok = build_char_tokenizer(chat_template=True)
+    episode = Episode(tok)
+    client = AsyncLocalOpenAI(generator=object(), tokenizer=tok, episode=episode)
+    texts = iter(replies)
+
+    def submit(request):
+        text = next(texts)
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        return [Sampled(ids, [0.0] * len(ids), text, "stop")]
+
+    client.sampling.submit = submit
+    return client, episode
+
+
+def call(name, args):
+    return f'<tool_call>{{"name":"{name}","arguments":{args}}}</tool_call>'
+
+
+def test_an_episode_calls_the_tool_in_process_and_the_rubric_scores_the_whole_trace():
+    task = agent_task()
+    row = next(r for r in task.train_rows(40) if r["prompt"] == "13*12")
+    client, episode = scripted([call("calc", '{"x":"13*12"}'), "156"])
+    components = asyncio.run(task.episode(client, row))
+    assert components == {"correct": 1.0, "used_tool": 1.0}
+    # the second request carried the tool's answer, as a tool message after the call
+    second = episode.calls[1].messages
+    assert second[-1] == {"role": "tool", "tool_call_id": second[-2]["tool_calls"][0]["id"],
+                          "name": "calc", "content": "156"}
+    # the rubric's weights make the total (1 + 0.5 * 1), as verifiers' trace.reward
+    total, correct = task.rewards_of({"correct": torch.tensor([1.0, 0.0]),
+                                      "used_tool": torch.tensor([1.0, 1.0])}, 2)
+    assert total.tolist() == [1.5, 0.5] and correct.tolist() == [True, True]
+    task.correct_reward, task.correct_threshold = "correct", 1.0
+    assert task.rewards_of({"correct": torch.tensor([1.0, 0.0])}, 2)[1].tolist() == [True, False]
+    # an answer without the tool: 1 for the number, nothing for the tool
+    client, _ = scripted(["156"])
+    assert asyncio.run(task.episode(client, row)) == {"correct": 1.0, "used_tool": 0.0}
+
+
+def test_bad_tool_calls_are_answered_as_verifiers_chat_program_answers_them():
+    task = agent_task()
+    tools = asyncio.run(Tools([Calc(vf.ToolsetConfig())]).open(task.vf_rows.tasks[0]))
+    assert tools.schemas[0]["function"]["parameters"]["required"] == ["x"]  # MCP's schema
+    answers = [asyncio.run(tools.call(*c)) for c in [
+        ("calc", "{bad"), ("calc", "[1]"), ("search", "{}"), ("calc", '{"x": "oops"}'),
+        ("calc", '{"y": 1}'), ("calc", '{"x": "3*4"}')]]
+    assert answers[0].startswith("error: invalid JSON in tool arguments")
+    assert answers[1].startswith("error: tool arguments must be a JSON object, got list")
+    assert answers[2] == "error: unknown tool 'search'"
+    assert answers[3].startswith("Error executing tool calc: not enough values to unpack")
+    assert answers[4].startswith("Error executing tool calc: 1 validation error")
+    assert answers[5] == "12"
+
+
+def test_the_turn_limit_and_stop_hooks_end_an_episode_and_it_is_still_scored():
+    task = agent_task(max_turns=2)
+    row = task.train_rows(1)[0]
+    client, episode = scripted([call("calc", '{"x":"2*3"}')] * 5)
+    assert asyncio.run(task.episode(client, row)) == {"correct": 0.0, "used_tool": 1.0}
+    assert len(episode.calls) == 2  # max_turns: the third turn is never asked
+
+    class Once(ProductTask):
+        @vf.stop
+        async def after_one(self, trace: vf.Trace) -> bool:
+            return trace.num_turns >= 1
+
+    class OnceSet(vf.Taskset[Once]):
+        def load(self):
+            yield from (Once(t.data) for t in Products(vf.TasksetConfig()))
+
+    task = agent_task(OnceSet(vf.TasksetConfig()))
+    client, episode = scripted([call("calc", '{"x":"2*3"}')] * 5)
+    assert asyncio.run(task.episode(client, task.train_rows(1)[0]))["used_tool"] == 1.0
+    assert len(episode.calls) == 1
+
+
+def test_what_the_in_process_loop_cannot_run_is_refused_by_name():
+    from verifiers.v1.types import Request
+
+    class Rewrites(ProductTask):
+        @vf.intercept
+        async def rewrite(self, request: Request) -> Request:
+            return request
+
+    class AtRequest(ProductTask):
+        @vf.stop
+        async def early(self, request: Request) -> bool:
+            return False
+
+    class Count(vf.State):
+        calls: int = 0
+
+    class Stateful(vf.Toolset[vf.ToolsetConfig, Count]):
+        @vf.tool
+        async def tick(self) -> str:
+            """Count."""
+            return "ok"
+
+    class WithState(ProductTask):
+        @classmethod
+        def toolsets(cls, config):
+            return [Stateful(vf.ToolsetConfig())]
+
+    for cls, match in [(Rewrites, "@vf.intercept 'rewrite'"), (AtRequest, "@vf.stop 'early'"),
+                       (WithState, "toolset 'Stateful' keeps state")]:
+        class Set(vf.Taskset[cls]):
+            def load(self, cls=cls):
+                yield from (cls(t.data) for t in Products(vf.TasksetConfig()))
+
+        with pytest.raises(ValueError, match=match):
+            agent_task(Set(vf.TasksetConfig()))
+    with pytest.raises(ValueError, match="has tools or @vf.stop hooks: its episodes take turns, "
+                                         "but grpo.max_rollout_turns is 1"):
+        rlnb.GRPOTrainer(load_config(None, [*SMALL, "grpo.max_rollout_turns=1"], preset="fast"),
+                         environment=Products(vf.TasksetConfig()))
+
+
+def test_a_grpo_step_on_the_tiny_model_trains_the_model_tokens_with_the_samplers_logprobs():
+    trainer = rlnb.GRPOTrainer(load_config(None, SMALL, preset="fast"),
+                               environment=Products(vf.TasksetConfig()))
+    assert isinstance(trainer.task, VerifiersAgentTask)
+    assert trainer.task.tools[0]["function"]["name"] == "calc"
+    batch = trainer.rollout()
+    assert set(batch.reward_components) == {"correct", "used_tool"}
+    total = batch.reward_components["correct"] + 0.5 * batch.reward_components["used_tool"]
+    torch.testing.assert_close(batch.rewards, total)
+    assert batch.metrics["train/agent/failed_episodes"] == 0.0
+    tok = trainer.policy.tokenizer
+    text = "".join(t for t, _, _ in trajectory_tokens(batch, 0, tok))
+    assert text.startswith("<s>U:1") and "*1" in text  # the task's prompt, through the template
+    lp = trainer.policy.logprobs(batch.input_ids, batch.attention_mask)
+    m = batch.token_mask.bool()
+    torch.testing.assert_close(lp[m], batch.generation_logprobs[m], atol=1e-4, rtol=0)
+    metrics = trainer.step()
+    assert metrics["train/agent/failed_episodes"] == 0.0
+
+
+def test_an_env_with_episodes_of_its_own_or_another_harness_is_refused():
+    from rlnb.engine.environments.verifiers_task import taskset_of
+
+    class TwoSided(vf.Env):  # a simulated user and the assistant: Env.run drives both
+        async def run(self, task, agents):
+            pass
+
+    env = object.__new__(TwoSided)  # as vf.load_environment would build it, without an id
+    with pytest.raises(ValueError, match="TwoSided runs episodes of its own"):
+        taskset_of(env)
+    env = object.__new__(vf.SingleAgentEnv)
+    env.config = vf.SingleAgentEnvConfig(agent=vf.AgentConfig(harness={"id": "bash"}))
+    with pytest.raises(ValueError, match="its agent runs harness 'bash'"):
+        taskset_of(env)
+    env.config, env.taskset = vf.SingleAgentEnvConfig(), Products(vf.TasksetConfig())
+    assert taskset_of(env) is env.taskset
