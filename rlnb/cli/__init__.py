@@ -13,6 +13,8 @@ runs it), assembled here in the order ``rlnb --help`` lists them.
         [--num-machines M --machine-rank R --main-process-ip IP --main-process-port P]
     rlnb teach build OUT [--source DIR]   the exercises' student and solution notebooks
     rlnb preflight [--fast] [--steps K]   before a lab: install, kernel, warm starts, speed
+    rlnb preflight --memory CONFIG [key=value ...] [--device-memory GIB]
+                                  the memory plan of a GRPO step: will it fit the GPU
 
 Notebook commands (``rlnb.run.notebooks.execute``, ``rlnb.run.experiments.sweep``,
 ``rlnb.run.pools.launch``): ``-p`` values are read as YAML; a KEY with a dot

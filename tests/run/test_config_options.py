@@ -188,6 +188,8 @@ ASSERTED_ELSEWHERE = {
 NUMBER_VALUES = {"logger.rollouts_every": 2}
 # options that change no number by design: the same numbers must come out
 SAME_NUMBERS = {"policy.logprob_batch_size": 4, "policy.train_micro_batch_size": 4,
+                # auto is the CPU where torch sees no GPU (cuda there: refused at load)
+                "policy.device": "cpu",
                 # the generator's log-probs are the policy's (same weights): ~1e-6 apart
                 "grpo.reuse_generation_logprobs": "false", "ppo.reuse_generation_logprobs": "false",
                 "value.logprob_batch_size": 4, "value.train_micro_batch_size": 4,
@@ -272,6 +274,14 @@ PREFIX_COMPANIONS = {  # a section that only exists (or only acts) with another 
     "dpo.": ["algorithm=dpo"],
     "policy.generation.vllm.": ["policy.generation.backend=vllm"],
     "policy.lora.": ["policy.lora.enabled=true"],
+    # the random model's shape acts only with it (a small Qwen3: the default is 0.6 B)
+    "policy.random_init.": ["policy.model_name=random", "policy.random_init.hidden_size=32",
+                            "policy.random_init.num_hidden_layers=1",
+                            "policy.random_init.num_attention_heads=2",
+                            "policy.random_init.num_key_value_heads=1",
+                            "policy.random_init.head_dim=16",
+                            "policy.random_init.intermediate_size=64",
+                            "policy.random_init.vocab_size=256"],
     "policy.compile.": ["policy.compile.enabled=true"],
     # the async loop needs the importance-sampling correction and recomputed prev_logprobs
     "grpo.async_grpo.": ["grpo.async_grpo.enabled=true",
@@ -310,7 +320,7 @@ def one_step(overrides: list[str]) -> dict:
     if config.sft.enabled:
         warm_start(trainer, config.sft, log=lambda *a: None)
     records = list(trainer.train(1))
-    metrics = {k: v for r in records for k, v in r.items() if not k.startswith("timing/")}
+    metrics = {k: v for r in records for k, v in r.items() if not k.startswith(("timing/", "memory/"))}
     last = records[-1]
     modules = [trainer.policy.model, *(m for m, _, _ in trainer.checkpoint_parts().values())]
     # DPO's step carries its pairs' scores where GRPO's carries advantages: their implicit rewards

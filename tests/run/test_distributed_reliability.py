@@ -41,7 +41,7 @@ def env_for(tmp: Path) -> dict[str, str]:
 
 def comparable(run: Path) -> list[dict]:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in rows]
+    return [{k: v for k, v in r.items() if not k.startswith(("timing/", "memory/"))} for r in rows]
 
 
 # ---------------------------------------------------------------- exact resume on 2 ranks

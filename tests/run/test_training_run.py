@@ -26,7 +26,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def comparable(rows):
-    return [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in rows]
+    return [{k: v for k, v in r.items() if not k.startswith(("timing/", "memory/"))} for r in rows]
 
 
 @pytest.mark.smoke

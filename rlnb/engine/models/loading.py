@@ -1,5 +1,6 @@
 """Where a policy's model and tokenizer come from (``policy.model_name``): ``"tiny"`` builds
-the embedded character-level Llama (``tiny.py``) from ``policy.tiny``; anything else is a Hugging
+the embedded character-level Llama (``tiny.py``) from ``policy.tiny``; ``"random"`` a Qwen3 of
+``policy.random_init``'s shape with random weights (``random_init.py``); anything else is a Hugging
 Face causal LM by hub id or local path. A local path loads offline; a missing path or an
 unreachable hub id fails with the config key in the message. The tokenizer pads on the left
 (its EOS as the pad token when it has none), as generation needs.
@@ -14,6 +15,7 @@ from pathlib import Path
 import torch
 
 from rlnb.engine.models.lora import add_adapters
+from rlnb.engine.models.random_init import build_random_model
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
 
 
@@ -34,6 +36,10 @@ def load_model_and_tokenizer(cfg, seed: int = 0):
             seed=seed,
         )
         return add_adapters(model.to(dtype), cfg.lora, seed=seed), tokenizer  # (if enabled)
+    if cfg.model_name == "random":
+        model, tokenizer = build_random_model(
+            cfg.random_init, dtype=dtype, max_positions=cfg.max_total_sequence_length, seed=seed)
+        return add_adapters(model, cfg.lora, seed=seed), tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     name = cfg.model_name

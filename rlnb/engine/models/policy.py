@@ -4,7 +4,9 @@
 
 Implementation choices (docs/algorithms.md#masked-helpers-and-reductions):
 1) Any causal LM by hub id or local path (``policy.model_name``); ``"tiny"`` builds the embedded
-   character-level Llama (``tiny.py``); both load in ``loading.py``.
+   character-level Llama (``tiny.py``), ``"random"`` a real architecture at its real size with
+   random weights (``random_init.py``: Qwen3-0.6B's shape by default); all load in
+   ``loading.py``.
 2) Log-probs use the *stored* layout: ``[B, S]`` with index t = log-prob of token t and index 0
    = 0, computed in float32 from logits divided by the sampling temperature (so they match the
    generation log-probs), in micro-batches of ``logprob_batch_size`` without gradient.
@@ -24,6 +26,9 @@ Implementation choices (docs/algorithms.md#masked-helpers-and-reductions):
    with the adapters off.
 7) ``policy.compile`` runs the update's forward + backward and the sampler's decode step under
    ``torch.compile`` (``compiled.py``, imported only then).
+8) ``policy.device``: the model (and the reference copy, the optimizer state) lives on the GPU
+   when torch sees one (``auto``), or where it is told; batches stay on the CPU and each
+   micro-batch moves to the model's device. Under a launcher, accelerate places it instead.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from rlnb.engine.models.compile_config import CompileConfig, check_compile_appli
 from rlnb.engine.models.generation import GenerationConfig
 from rlnb.engine.models.loading import load_model_and_tokenizer
 from rlnb.engine.models.lora import LoraConfig, adapters_disabled, has_adapters
+from rlnb.engine.models.random_init import RandomInitConfig
 from rlnb.engine.runtime.distributed import Distributed
 
 
@@ -123,10 +129,18 @@ class OptimizerConfig(Config):
 class PolicyConfig(Config):
     """``policy``: the model, its batch sizes and optimizer (NeMo-RL key names)."""
 
-    model_name: str = Field("tiny", description="'tiny', a hub id, or a local model folder.")
+    model_name: str = Field("tiny", description="'tiny', 'random' (policy.random_init's "
+                            "architecture with random weights), a hub id, or a local model "
+                            "folder.")
     tokenizer_name: str | None = Field(None, description="Defaults to model_name.")
     chat_template: bool = Field(False, description="Wrap prompts in the tokenizer's template.")
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
+    random_init: RandomInitConfig = Field(
+        default_factory=RandomInitConfig, description="The shape policy.model_name: random "
+        "builds (default: Qwen3-0.6B's).")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where the model lives in one process: auto (CUDA when torch sees "
+        "a GPU, else the CPU), cpu or cuda. Under a launcher, accelerate places it.")
     precision: Literal["float32", "bfloat16"] = Field(
         "float32", description="Model weights' dtype (log-probs and the loss are float32).")
     train_global_batch_size: int = Field(256, ge=1, description="Rows per optimizer step.")
@@ -142,8 +156,8 @@ class PolicyConfig(Config):
 
     @cross_field_rule
     def _room_for_a_prompt(self) -> PolicyConfig:
-        if self.model_name == "tiny" and self.tokenizer_name is not None:
-            raise ValueError("tokenizer_name is for a hub or local model; the embedded tiny "
+        if self.model_name in ("tiny", "random") and self.tokenizer_name is not None:
+            raise ValueError(f"tokenizer_name is for a hub or local model; the {self.model_name} "
                              "model has its own character tokenizer")
         if self.model_name == "tiny" and self.chat_template and not self.tiny.chat_template:
             raise ValueError("chat_template=true needs a tokenizer with a chat template; the "
@@ -161,12 +175,23 @@ class PolicyConfig(Config):
                 f"generation.max_new_tokens ({self.generation.max_new_tokens}): prompts get the "
                 "difference")
         check_compile_applies(self.compile, self.generation.backend, self.generation.sampler)
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device=cuda, but this torch ({torch.__version__}, "
+                             f"{'a CUDA' if torch.version.cuda else 'a CPU'} build) sees no CUDA "
+                             "device: use auto or cpu")
         return self
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """``[B, S]`` positions counting only attended tokens (left padding starts at 0)."""
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+def model_device(name: str) -> torch.device:
+    """``policy.device`` (choice 8) as a torch device."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
 
 
 class Policy:
@@ -186,6 +211,8 @@ class Policy:
         self.dist = dist or Distributed()
         if model is None:
             model, tokenizer = load_model_and_tokenizer(cfg, seed=seed)
+        if self.dist.accelerator is None:  # choice 8 (a launcher's accelerate places it)
+            model = model.to(model_device(getattr(cfg, "device", "auto")))
         self.model, self.tokenizer = model, tokenizer
         self.lora = has_adapters(model)  # LoRA adapters: then only they train (lora.py)
         opt = cfg.optimizer

@@ -157,6 +157,9 @@ def sample_tokens(
     if k > 1:
         cache.batch_repeat_interleave(k)
         logits = logits.repeat_interleave(k, dim=0)
+    # the prompts' [P, L, V] logits: only the last position's are read; without this they stay
+    # alive through the whole decode (the KV cache's size again for a large vocabulary)
+    del out
     can_drop = hasattr(cache, "batch_select_indices")
     decode = COMPILED_DECODE.get(model, decode_step)  # choice 6
     running = torch.ones(B, dtype=torch.bool, device=device)

@@ -46,13 +46,22 @@ TINY_CHAT_TEMPLATE = (
 )
 
 
-def build_char_tokenizer(chat_template: bool = False) -> PreTrainedTokenizerFast:
+def build_char_tokenizer(chat_template: bool = False, vocab_size: int | None = None
+                         ) -> PreTrainedTokenizerFast:
     """A character-level fast tokenizer: one token per printable ASCII character; with
-    ``chat_template``, ``TINY_CHAT_TEMPLATE`` as its chat template."""
+    ``chat_template``, ``TINY_CHAT_TEMPLATE`` as its chat template. ``vocab_size`` pads the
+    vocabulary with filler tokens ``<unused_i>`` up to that many ids: no text encodes to them
+    (every character has its own id), but each id a model samples decodes
+    (``random_init.py``)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+    tokens = SPECIAL_TOKENS + CHARACTERS
+    if vocab_size is not None and vocab_size < len(tokens):
+        raise ValueError(f"vocab_size ({vocab_size}) is below the character tokenizer's "
+                         f"{len(tokens)} tokens")
+    tokens += [f"<unused_{i}>" for i in range(len(tokens), vocab_size or len(tokens))]
+    vocab = {tok: i for i, tok in enumerate(tokens)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     core.decoder = decoders.Fuse()

@@ -44,6 +44,7 @@ from rlnb.engine.environments.run_task import build_run_task, with_user_data
 from rlnb.engine.models.generation import make_generation_backend
 from rlnb.engine.models.policy import Policy
 from rlnb.engine.runtime.distributed import Distributed
+from rlnb.engine.runtime.memory import StageMemory
 from rlnb.engine.runtime.timing import timer
 from rlnb.engine.trainers.dynamic_rollout import dynamic_sampling_rollout
 from rlnb.engine.trainers.hyperparameters import reconfigure
@@ -146,6 +147,8 @@ class Trainer(SaveState):
         self.generator = make_generation_backend(
             self.policy.model, self.policy.tokenizer, p.generation, self.max_prompt_length
         )
+        # per-stage memory peaks of an armed step (GRPO's second: trainers/memory_check.py)
+        self.memory = StageMemory(self.policy.device)
         self.step_count = 0  # completed steps (the save state's current_step)
         self.consumed_prompts = 0  # data position in the task's training stream
         self._stream: list[dict[str, Any]] = []
@@ -191,11 +194,13 @@ class Trainer(SaveState):
 
     def generate_batch(self, rows: list[dict[str, Any]], generations: int) -> RolloutBatch:
         """``generations`` responses per row, scored, with their log-probs (rollout.py)."""
-        batch = sample_and_score(self.rollout_inputs(), self.generator, rows, generations,
-                                 self.step_count)
-        return add_logprobs(self.policy, batch,
-                            reuse=self.loop_config.reuse_generation_logprobs is True,
-                            reference=self.need_reference)
+        with self.memory.stage("generation"):
+            batch = sample_and_score(self.rollout_inputs(), self.generator, rows, generations,
+                                     self.step_count)
+        with self.memory.stage("logprobs"):
+            return add_logprobs(self.policy, batch,
+                                reuse=self.loop_config.reuse_generation_logprobs is True,
+                                reference=self.need_reference)
 
     def rollout(self, rows: list[dict[str, Any]] | None = None) -> RolloutBatch:
         """Stage 1: P prompts x G responses, rewards, π_old (and π_ref) log-probs (dynamic
@@ -258,7 +263,9 @@ class Trainer(SaveState):
         if isinstance(loss_fn, dict):
             loss_fn = ClippedPGLossFn({**self.loss_fn.config.model_dump(), **loss_fn})
         elapsed = timer()
-        raw = self.policy.optimizer_step(train_data, loss_fn or self.loss_fn, dry_run=dry_run)
+        with self.memory.stage("update"):
+            raw = self.policy.optimizer_step(train_data, loss_fn or self.loss_fn,
+                                             dry_run=dry_run)
         metrics = {f"train/{k}": v for k, v in self.dist.sum_loss_metrics(raw).items()}
         metrics["timing/train/policy_training"] = elapsed()
         return metrics

@@ -45,6 +45,13 @@ from rlnb.engine.trainers.base import ROLLOUT_STAGE, Trainer, expect_batch
 from rlnb.engine.trainers.collector import AsyncLoopConfig
 from rlnb.engine.trainers.funnel import sample_funnel
 from rlnb.engine.trainers.loop_config import FOLDED_KEYS, LoopConfig, registered_estimator
+from rlnb.engine.trainers.memory_check import (
+    MEASURED_STEP,
+    memory_metrics,
+    plan_applies,
+    plan_for,
+    resident_tensors,
+)
 from rlnb.engine.trainers.views import CLIP_PANEL, FUNNEL_PANEL, KL_PANEL, REWARD_PANEL, Stage
 
 
@@ -215,7 +222,20 @@ class GRPOTrainer(Trainer):
 
     # ------------------------------------------------------------------ one step
     def step(self) -> StepMetrics:
-        """rollout -> compute_advantages -> update; returns this step's metrics."""
+        """rollout -> compute_advantages -> update; returns this step's metrics (the second
+        also the stages' memory peaks beside their plan: ``memory_check.py``)."""
+        self.steps_taken = getattr(self, "steps_taken", 0) + 1  # by this object (a resumed
+        # run's first step has no gradients allocated yet: its second is measured)
+        if self.steps_taken != MEASURED_STEP or not plan_applies(self.config, self.policy):
+            return self._step()
+        with self.memory.armed_step(resident_tensors(self.policy)):
+            metrics = self._step()
+        plan = plan_for(self.config, world_size=self.dist.world_size, model=self.policy.model,
+                        prompt_length=metrics.rollout.prompt_ids.shape[1])  # this step's width
+        metrics.update(memory_metrics(plan, self.memory.peaks))
+        return metrics
+
+    def _step(self) -> StepMetrics:
         elapsed = timer()
         rollout = self.rollout()
         advantages = self.compute_advantages(rollout)

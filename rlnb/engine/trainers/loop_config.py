@@ -225,11 +225,11 @@ def check_loop_rules(config) -> None:
             f"{key}.max_rollout_turns is 1 (it would never be asked a second turn)")
     lora = config.policy.lora
     if lora.quantize is not None:  # a 4-bit base cannot be trained, nor copied into a critic
-        if config.policy.model_name == "tiny":
+        if config.policy.model_name in ("tiny", "random"):
             raise ValueError(
                 "policy.lora.quantize=4bit loads a hub or local model's linear layers in 4 bits; "
-                "the embedded tiny model is built in memory (save it with "
-                "rlnb.engine.models.tiny.save_tiny and set policy.model_name to its folder)")
+                f"the {config.policy.model_name} model is built in memory (save it with "
+                "save_pretrained and set policy.model_name to its folder)")
         if getattr(config, "sft", None) is not None and config.sft.enabled:
             raise ValueError(
                 "policy.lora.quantize=4bit with sft.enabled=true: the warm start trains every "

@@ -80,6 +80,8 @@ def warm_start_key(trainer, cfg: SFTConfig) -> str:
             del policy["generation"][key]
     if not policy["tiny"].get("chat_template", True):  # the same: the tiny template while off
         del policy["tiny"]["chat_template"]
+    if config.policy.model_name != "random":  # read only then: caches from before it stay valid
+        del policy["random_init"]
     parts = [
         # the RL loop's optimizer and batch sizes never touch the warm start
         # nor do LoRA adapters: the warm start trains the base with them off (lora.py)

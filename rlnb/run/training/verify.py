@@ -162,7 +162,9 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
         s = metrics.step
         row = {"step": s, "metrics": "same", "rollouts": "not logged"}
         for key, value in logged[s].items():
-            if key == "step" or key.startswith("timing/"):
+            # timings and memory peaks measure the machine (and a replay's state: no
+            # gradients before its first update), not the computation
+            if key == "step" or key.startswith(("timing/", "memory/")):
                 continue
             got = metrics.get(key)
             if got is not None and isinstance(got, float) and not math.isfinite(got):
