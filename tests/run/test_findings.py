@@ -170,6 +170,11 @@ def test_reductions_of_one_run():
     assert reduce_run(rec, Metric("m", "k", how="final")) == 5.0
     assert reduce_run(rec, Metric("m", "k", how="seconds")) == 4.0
     assert math.isnan(reduce_run(rec, Metric("m", "other")))
+    # steps to a rise over the first logged value (1.0 at step 1): +2 first at step 3 (3.0),
+    # +4 at step 4 (5.0); +5 never: the last step, a lower bound
+    assert reduce_run(rec, Metric("m", "k", how="steps_to", gain=2.0)) == 3.0
+    assert reduce_run(rec, Metric("m", "k", how="steps_to", gain=4.0)) == 4.0
+    assert reduce_run(rec, Metric("m", "k", how="steps_to", gain=5.0)) == 4.0
     with pytest.raises(ValueError, match="how='mean'"):
         Metric("m", "k", how="mean")
 

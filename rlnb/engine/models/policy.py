@@ -313,7 +313,8 @@ class Policy:
         return torch.cat(chunks)
 
     def optimizer_step(
-        self, data: dict[str, torch.Tensor], loss_fn: Callable, *, dry_run: bool = False
+        self, data: dict[str, torch.Tensor], loss_fn: Callable, *, dry_run: bool = False,
+        token_normalizer: str = "global_batch",
     ) -> dict[str, float]:
         """One optimizer step per global batch of ``data`` (stored ``[B, S]`` tensors): one step
         when the batch fits in ``train_global_batch_size`` rows, as in the default config.
@@ -323,6 +324,10 @@ class Policy:
                 ``loss_fn`` reads (``advantages``, ``prev_logprobs``, ...).
             loss_fn: ``loss_fn.from_logprobs(logprobs [B, S-1], data, N_seq, N_tok)``.
             dry_run: compute loss and metrics without gradients or an optimizer step.
+            token_normalizer: the token-level loss's divisor: ``global_batch``, the valid
+                tokens of each optimizer step's global batch (NeMo-RL), or ``rollout_mean``,
+                every valid token of ``data`` over its global batches (TRL's ``dapo``: the
+                same divisor for every step of a rollout).
         Returns: metrics (loss metrics, ``grad_norm``, ``lr``, ``global_valid_seqs/toks``). A
         global batch whose rows are all masked out takes no optimizer step; if none is left the
         metrics are ``loss`` 0 and zero counts.
@@ -344,12 +349,19 @@ class Policy:
         gbs, mbs = min(cfg.train_global_batch_size // world, B), cfg.train_micro_batch_size
         per_global: list[dict[str, float]] = []
         self.train_model.train()
+        if token_normalizer == "rollout_mean":
+            _, all_tok = global_valid_counts(data["token_mask"][:, 1:], data["sample_mask"])
+            mean_tok = self.dist.sum(all_tok) / math.ceil(B / gbs)
+        elif token_normalizer != "global_batch":
+            raise ValueError(f"token_normalizer: global_batch or rollout_mean, got "
+                             f"{token_normalizer!r}")
         for start in range(0, B, gbs):
             rows = slice(start, min(start + gbs, B))
             n_seq, n_tok = global_valid_counts(
                 data["token_mask"][rows, 1:], data["sample_mask"][rows]
             )
             n_seq, n_tok = self.dist.sum(n_seq), self.dist.sum(n_tok)  # over all ranks
+            divisor = mean_tok if token_normalizer == "rollout_mean" else n_tok
             if float(n_seq) == 0 or float(n_tok) == 0:
                 # every row filtered (overlong, log-prob error): nothing to learn from, and an
                 # optimizer step on zero gradients would still move the weights (momentum)
@@ -366,7 +378,7 @@ class Policy:
                     logprobs = forward(
                         self.train_model, mb["input_ids"], mb["attention_mask"]
                     )
-                    loss, metrics = loss_fn.from_logprobs(logprobs[:, 1:], mb, n_seq, n_tok)
+                    loss, metrics = loss_fn.from_logprobs(logprobs[:, 1:], mb, n_seq, divisor)
                 if not dry_run:
                     # DDP averages gradients over ranks; the loss is already a global sum
                     (loss * self.dist.world_size).backward()

@@ -256,16 +256,18 @@ class Trainer(SaveState):
     def step(self) -> StepMetrics:  # pragma: no cover - every loop defines it
         raise NotImplementedError
 
-    def policy_pass(self, train_data: dict, loss_fn, dry_run: bool) -> dict[str, float]:
+    def policy_pass(self, train_data: dict, loss_fn, dry_run: bool,
+                    token_normalizer: str = "global_batch") -> dict[str, float]:
         """The policy's optimizer steps over one batch (none with ``dry_run``): its loss
         metrics summed over ranks under ``train/``, and ``timing/train/policy_training``.
-        ``loss_fn`` (a ``ClippedPGLossFn``, a ``loss_fn`` config dict, or None: the trainer's)."""
+        ``loss_fn`` (a ``ClippedPGLossFn``, a ``loss_fn`` config dict, or None: the trainer's);
+        ``token_normalizer``: ``Policy.optimizer_step``'s."""
         if isinstance(loss_fn, dict):
             loss_fn = ClippedPGLossFn({**self.loss_fn.config.model_dump(), **loss_fn})
         elapsed = timer()
         with self.memory.stage("update"):
             raw = self.policy.optimizer_step(train_data, loss_fn or self.loss_fn,
-                                             dry_run=dry_run)
+                                             dry_run=dry_run, token_normalizer=token_normalizer)
         metrics = {f"train/{k}": v for k, v in self.dist.sum_loss_metrics(raw).items()}
         metrics["timing/train/policy_training"] = elapsed()
         return metrics

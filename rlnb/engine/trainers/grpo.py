@@ -24,12 +24,18 @@ Implementation choices:
    different estimator flag, each keeps its own (NeMo-RL's ProRL configs).
 5) Under ``accelerate`` every rank rolls out its own share of the prompts (whole groups) and
    counts are summed over ranks inside the loss.
+6) Two of TRL's choices are options, off by default (NeMo-RL's numerics): ``update_rows:
+   shuffled`` permutes a rollout's rows across prompts before they split into optimizer steps
+   (TRL shuffles its generation batch), and ``token_normalizer: rollout_mean`` divides every
+   step's token-level loss by the rollout's valid tokens over its steps (TRL's ``dapo`` loss).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+from typing import Any, Literal
 
+import torch
 from pydantic import Field, model_validator
 
 from rlnb.algorithms.advantages import AdvEstimatorConfig
@@ -55,6 +61,16 @@ from rlnb.engine.trainers.memory_check import (
 from rlnb.engine.trainers.views import CLIP_PANEL, FUNNEL_PANEL, KL_PANEL, REWARD_PANEL, Stage
 
 
+def shuffled_rows(data: dict[str, torch.Tensor], key: str) -> dict[str, torch.Tensor]:
+    """``data``'s ``[B, ...]`` tensors with their rows in one seeded random order (``key``)."""
+    B = data["input_ids"].shape[0]
+    gen = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8],
+                                                       "little") % 2**63)
+    order = torch.randperm(B, generator=gen)
+    return {k: v[order] if isinstance(v, torch.Tensor) and v.shape[:1] == (B,) else v
+            for k, v in data.items()}
+
+
 class GRPOEstimatorConfig(AdvEstimatorConfig):
     """``grpo.adv_estimator``: one of the registered GRPO-loop estimators."""
 
@@ -71,6 +87,15 @@ class GRPOConfig(LoopConfig):
     async_grpo: AsyncLoopConfig = Field(
         default_factory=AsyncLoopConfig,
         description="Async GRPO: generation runs ahead of training (async_grpo.py).")
+    update_rows: Literal["in_order", "shuffled"] = Field(
+        "in_order", description="rlnb extra: how a rollout's rows split into optimizer steps "
+        "(policy.train_global_batch_size each): in_order (NeMo-RL: the first rows, then the "
+        "next) or shuffled (TRL: rows permuted across prompts first, seeded by grpo.seed and "
+        "the step).")
+    token_normalizer: Literal["global_batch", "rollout_mean"] = Field(
+        "global_batch", description="rlnb extra: what the token-level loss divides by: each "
+        "optimizer step's valid tokens (NeMo-RL) or the rollout's over its optimizer steps "
+        "(TRL's dapo: one divisor for every step of a rollout).")
     use_leave_one_out_baseline: bool | None = Field(
         None, description="NeMo-RL's loop flag: leave-one-out in the baseline and std of "
         "dynamic sampling's filter and the baseline metrics; None: the estimator's "
@@ -209,7 +234,13 @@ class GRPOTrainer(Trainer):
         for this call, e.g. ``{"ratio_clip_max": 0.28}`` in a dry-run comparison.
         """
         expect_batch(batch, AdvantageBatch, f"{type(self).__name__}.update")
-        metrics = self.policy_pass(batch.train_data(), loss_fn, dry_run)
+        loop = self.loop_config
+        data = batch.train_data()
+        if loop.update_rows == "shuffled":  # TRL's split of a generation batch into steps
+            data = shuffled_rows(data, f"rlnb/update_rows/{loop.seed}/{self.step_count}/"
+                                       f"{self.dist.rank}")
+        metrics = self.policy_pass(data, loss_fn, dry_run,
+                                   token_normalizer=loop.token_normalizer)
         t = metrics["timing/train/policy_training"]
         toks = metrics.get("train/global_valid_toks", 0.0)
         metrics["timing/train/valid_tokens_per_sec_per_gpu"] = (

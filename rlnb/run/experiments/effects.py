@@ -19,7 +19,10 @@ Implementation choices:
    drifts rather than where it ends), the last logged value
    (``"final"``), the run's training seconds (``"seconds"``), or the last value logged within
    the training time both arms of that seed had (``"at_equal_time"``: for an arm that costs
-   extra generation).
+   extra generation), or the first step at which the metric has risen by ``gain`` over its
+   first logged value (``"steps_to"``: steps to +30 held-out points is ``Metric(...,
+   "validation/accuracy", how="steps_to", gain=0.30)``; a run that never gets there counts its
+   last step, a lower bound, so a censored arm looks better than it is, never worse).
 3) Seeds are paired: seed ``i`` of both arms shares the warm start and the prompt order, so
    the effect is the paired t interval of the per-seed differences (``rlnb.run.experiments.stats``),
    and the power line uses the sd of those differences: the smallest effect these seeds detect
@@ -45,7 +48,7 @@ from rlnb.run.experiments.stats import (
     seeds_needed,
 )
 
-HOW = ("last_mean", "run_mean", "final", "seconds", "at_equal_time")
+HOW = ("last_mean", "run_mean", "final", "seconds", "at_equal_time", "steps_to")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Metric:
     how: str = "last_mean"
     expect: int = 0
     last: int = 10
+    gain: float = 0.0  # "steps_to": the rise over the run's first logged value to reach
 
     def __post_init__(self):
         if self.how not in HOW:
@@ -113,6 +117,14 @@ def reduce_run(record: list[dict[str, Any]], metric: Metric, *, until_s: float |
     """One run's number for ``metric`` (choice 2); NaN when the run never logged it."""
     if metric.how == "seconds":
         return record[-1]["wall_s"] if record else math.nan
+    if metric.how == "steps_to":
+        logged = [r for r in record if r.get(metric.key) is not None]
+        if not logged:
+            return math.nan
+        start = logged[0][metric.key]
+        reached = next((r for r in logged if r[metric.key] >= start + metric.gain), None)
+        # never reached: the run's last step, a lower bound (censored: choice 2)
+        return float((reached or record[-1]).get("step", len(record) - 1))
     trained = [r for r in record if r.get("timing/train/total_step_time") is not None]
     if metric.how in ("last_mean", "run_mean"):
         window = trained[-metric.last:] if metric.how == "last_mean" else trained
