@@ -81,7 +81,8 @@ def make_trainer(arch: str, *overrides: str) -> GRPOTrainer:
 
 def numeric(metrics) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()
-            if isinstance(v, (int, float)) and not k.startswith(("timing/", "compile/"))}
+            if isinstance(v, (int, float))
+            and not k.startswith(("timing/", "compile/", "memory/"))}  # memory: eager only
 
 
 def run_steps(trainer):

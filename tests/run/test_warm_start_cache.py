@@ -173,6 +173,7 @@ EXEMPT = {
     "rlnb.algorithms.policy_loss_config": "config validation (loss_fn's rules)",
     "rlnb.algorithms.rewards": "config validation (reward scaling and shaping rules)",
     "rlnb.engine.trainers.collector": "config validation (async_grpo's rules)",
+    "rlnb.engine.runtime.memory": "the stages' memory measured (GRPO's second step): no number",
 }
 
 

@@ -74,6 +74,7 @@ def warm_start_key(trainer, cfg: SFTConfig) -> str:
     policy = config.policy.model_dump(mode="json", exclude={
         "optimizer", "train_global_batch_size", "train_micro_batch_size",
         "logprob_batch_size", "max_grad_norm", "lora",
+        "device",  # where the model lives: its type is below (auto and cuda on a GPU agree)
         *(() if config.policy.compile.enabled else ("compile",))})
     for key, off in (("fill_context", False), ("stop_token_ids", None)):
         if policy["generation"].get(key) == off:  # off, as before the option: caches stay valid
@@ -117,6 +118,7 @@ WEIGHT_CODE = (
     "rlnb.engine.models.tiny",  # the embedded model's tokenizer and initial weights
     "rlnb.engine.models.policy",  # forward_logprobs, sync_reference
     "rlnb.engine.models.loading",  # the model and tokenizer loaded (or the tiny one built)
+    "rlnb.engine.models.random_init",  # policy.model_name=random: its initial weights
     "rlnb.engine.models.lora",  # LoRA runs: the adapters switched off while the base trains
     "rlnb.engine.models.generation",  # the generation backends by name
     "rlnb.engine.models.backend",  # prompt tokenisation, response masks
