@@ -209,19 +209,79 @@ def test_a_grpo_step_on_the_tiny_model_trains_the_model_tokens_with_the_samplers
     assert metrics["train/agent/failed_episodes"] == 0.0
 
 
-def test_an_env_with_episodes_of_its_own_or_another_harness_is_refused():
+def test_another_harness_is_refused_and_a_single_agent_env_gives_its_taskset():
     from rlnb.engine.environments.verifiers_task import taskset_of
 
-    class TwoSided(vf.Env):  # a simulated user and the assistant: Env.run drives both
-        async def run(self, task, agents):
-            pass
-
-    env = object.__new__(TwoSided)  # as vf.load_environment would build it, without an id
-    with pytest.raises(ValueError, match="TwoSided runs episodes of its own"):
-        taskset_of(env)
     env = object.__new__(vf.SingleAgentEnv)
     env.config = vf.SingleAgentEnvConfig(agent=vf.AgentConfig(harness={"id": "bash"}))
-    with pytest.raises(ValueError, match="its agent runs harness 'bash'"):
+    with pytest.raises(ValueError, match="its seat 'agent' runs harness 'bash'"):
         taskset_of(env)
     env.config, env.taskset = vf.SingleAgentEnvConfig(), Products(vf.TasksetConfig())
     assert taskset_of(env) is env.taskset
+
+
+class Player(vf.EnvConfig):
+    player: vf.AgentConfig = vf.AgentConfig()
+
+
+class Guess(vf.Env[Player]):
+    """A game whose engine answers the model (verifiers' multi-turn shape): up to three guesses
+    of the product, "higher"/"lower" after each, the reward ``won`` recorded by the run."""
+
+    async def run(self, task, agents):
+        async with agents.player.interaction(task) as chat:
+            segment = await chat.turn()
+            for _ in range(2):
+                if segment.terminated or segment.last_reply == task.data.answer:
+                    break
+                guess = int(segment.last_reply) if segment.last_reply.isdigit() else 0
+                segment = await chat.turn("higher" if guess < int(task.data.answer) else "lower")
+        chat.trace.record_reward("won", float(chat.trace.last_reply == task.data.answer), 1.0)
+
+
+def guess_env(config=None):
+    env = object.__new__(Guess)  # as verifiers builds it, without installing the taskset by id
+    env.config, env.taskset = config or Player(), Products(vf.TasksetConfig())
+    return env
+
+
+def test_an_env_whose_run_answers_the_model_plays_one_conversation_and_adds_its_rewards():
+    rows = VerifiersTask.from_taskset(guess_env(), num_val=4)
+    assert rows.multi_turn and rows.env is not None
+    task = VerifiersAgentTask(rows, max_turns=3)
+    row = next(r for r in task.train_rows(40) if r["prompt"] == "13*12")
+    client, episode = scripted(["100", call("calc", '{"x":"13*12"}'), "156"])
+    components = asyncio.run(task.episode(client, row))
+    # the run's reward beside the rubric's; the engine's "higher" is a user turn of the one
+    # conversation, between the model's guess and its tool call
+    assert components == {"won": 1.0, "correct": 1.0, "used_tool": 1.0}
+    assert [m["content"] for m in episode.calls[1].messages if m["role"] == "user"] == [
+        "13*12", "higher"]
+    client, episode = scripted(["1", "2", "3", "4"])  # three wrong guesses: the turn limit
+    assert asyncio.run(task.episode(client, row))["won"] == 0.0 and len(episode.calls) == 3
+
+    two = object.__new__(Guess)
+
+    class TwoSeats(vf.EnvConfig):
+        player: vf.AgentConfig = vf.AgentConfig()
+        user: vf.AgentConfig = vf.AgentConfig()
+
+    two.config, two.taskset = TwoSeats(), Products(vf.TasksetConfig())
+    with pytest.raises(ValueError, match=r"Guess has 2 agent seats \(\['player', 'user'\]\)"):
+        VerifiersTask.from_taskset(two)
+
+
+def test_an_env_episode_trains_on_the_tiny_model_with_the_engines_turns_untrained():
+    trainer = rlnb.GRPOTrainer(load_config(None, SMALL, preset="fast"), environment=guess_env())
+    batch = trainer.rollout()
+    assert {"won", "correct", "used_tool"} == set(batch.reward_components)
+    assert batch.metrics["train/agent/failed_episodes"] == 0.0
+    assert batch.metrics["train/mean_turns"] > 1  # the engine answered at least one guess
+    lp = trainer.policy.logprobs(batch.input_ids, batch.attention_mask)
+    m = batch.token_mask.bool()
+    torch.testing.assert_close(lp[m], batch.generation_logprobs[m], atol=1e-4, rtol=0)
+    tok = trainer.policy.tokenizer
+    for i in range(len(batch.rows)):
+        env_text = "".join(t for t, trained, _ in trajectory_tokens(batch, i, tok)
+                           if not trained)
+        assert "higher" in env_text or "lower" in env_text or "won" not in env_text

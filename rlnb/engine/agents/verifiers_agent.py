@@ -41,7 +41,10 @@ Implementation choices:
    scoring, the same code as its single-turn path). A reward of weight w is the component
    w · score (``train/reward/<name>``), so the components sum to verifiers' ``trace.reward``;
    correct is the run's ``data.correct_reward`` at its threshold when set, else total > 0.
-5) Refused when the task is built, naming the hook: what rlnb's loop does not run and would
+5) A ``vf.Env`` handed over whose own ``run`` drives the episode (an engine answering the
+   model: verifiers' multi-turn environments) plays through its one seat in process
+   (``verifiers_env.py``), each turn a segment of the same loop (``verifiers_loop.py``).
+6) Refused when the task is built, naming the hook: what rlnb's loop does not run and would
    otherwise skip silently -- ``@vf.intercept`` hooks, ``@vf.stop`` hooks on a request or a
    response, toolsets that keep state across calls (verifiers' state channel), and what the
    single-turn path refuses (rewards needing a runtime, judges).
@@ -49,24 +52,17 @@ Implementation choices:
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import torch
 
 from rlnb.engine.agents.agent_task import AgentTask
 from rlnb.engine.agents.rollouts import run_coroutine
+from rlnb.engine.agents.verifiers_env import run_env_episode
+from rlnb.engine.agents.verifiers_loop import Conversation, Tools, tool_servers
 from rlnb.engine.environments.verifiers_task import VerifiersTask
 
 
-def tool_servers(task, taskset) -> list:
-    """The toolsets an episode of ``task`` gets (choice 2): the task's own, then the
-    taskset's shared ones."""
-    return [*type(task).toolsets(task.config), *type(taskset).toolsets(taskset.config)]
-
-
 def check_hooks(task, taskset, env_id: str) -> None:
-    """Refuse what the loop does not run (choice 5)."""
+    """Refuse what the loop does not run (choice 6)."""
     from verifiers.v1.session import hook_boundary
     from verifiers.v1.state import State
     from verifiers.v1.trace import Trace
@@ -91,58 +87,6 @@ def check_hooks(task, taskset, env_id: str) -> None:
                              "loop does not run")
 
 
-class Tools:
-    """One episode's toolsets, served in process (choice 2)."""
-
-    def __init__(self, servers: list):
-        self.servers = servers
-        self.schemas: list[dict] = []
-        self.dispatch: dict[str, tuple[Any, str]] = {}  # full name -> (MCP server, tool name)
-
-    async def open(self, task) -> Tools:
-        from mcp.server.mcpserver import MCPServer
-
-        for server in self.servers:
-            mcp = MCPServer(server.server_name or "tools")
-            server.register(mcp)
-            await server.setup()
-            await server.setup_task(task)
-            for tool in await mcp.list_tools():
-                name = f"{server.server_name}_{tool.name}" if server.server_name else tool.name
-                if name in self.dispatch:
-                    raise ValueError(f"two tools are called {name!r}; keep tool names "
-                                     "qualified (TOOL_PREFIX)")
-                self.dispatch[name] = (mcp, tool.name)
-                self.schemas.append({"type": "function", "function": {
-                    "name": name, "description": tool.description or "",
-                    "parameters": tool.input_schema}})
-        return self
-
-    async def call(self, name: str, arguments: str) -> str:
-        """The tool message's content for one call; mistakes are answered (choice 2)."""
-        try:
-            args = json.loads(arguments or "{}")
-        except json.JSONDecodeError as err:
-            return (f"error: invalid JSON in tool arguments ({err}); resend the call with "
-                    "valid JSON")
-        if not isinstance(args, dict):
-            return (f"error: tool arguments must be a JSON object, got {type(args).__name__}; "
-                    "resend as an object")
-        if name not in self.dispatch:
-            return f"error: unknown tool {name!r}"
-        mcp, raw = self.dispatch[name]
-        from mcp.server.mcpserver.exceptions import ToolError
-
-        try:
-            result = await mcp.call_tool(raw, args)
-        except ToolError as err:  # what MCP's server answers as an error result
-            return str(err)
-        from verifiers.v1.harnesses.utils.mcp import mcp_content_to_chat_content
-
-        content = mcp_content_to_chat_content(result.content)
-        return content if isinstance(content, str) else json.dumps(content)
-
-
 class VerifiersAgentTask(AgentTask):
     """A verifiers environment with tools (or ``@vf.stop`` hooks) as episodes (module
     docstring). ``rows``: the single-turn ``VerifiersTask`` of the same environment, whose rows,
@@ -151,6 +95,7 @@ class VerifiersAgentTask(AgentTask):
     def __init__(self, rows: VerifiersTask, *, max_turns: int, taskset=None):
         self.vf_rows = rows
         self.max_turns = max_turns
+        self.env = rows.env  # a verifiers Env whose own run drives the episode, or None
         self.taskset = taskset if taskset is not None else rows.taskset
         for task in rows.tasks[:1]:
             check_hooks(task, self.taskset, rows.env_id)
@@ -174,45 +119,21 @@ class VerifiersAgentTask(AgentTask):
         return self.vf_rows.demonstration(row)
 
     async def episode(self, client, row: dict) -> dict[str, float]:
-        """One episode of the chat loop (choices 1-3), its reward components (choice 4)."""
-        import verifiers.v1 as vf
-
+        """One episode (choices 1-3): the chat loop on the task's prompt, or the environment's
+        own ``run`` (``verifiers_env.py``); its reward components (choice 4)."""
         task = self.vf_rows.tasks[row["vf_index"]]
-        prompt = row["prompt"]
-        messages: list = ([{"role": "user", "content": prompt}] if isinstance(prompt, str)
-                          else [dict(m) for m in prompt])
-        trace = vf.Trace(task=vf.TraceTask(type=type(task).__name__, data=task.data),
-                         agent=self.vf_rows.agent_info, nodes=[
-                             vf.MessageNode(parent=i - 1 if i else None, message=m)
-                             for i, m in enumerate(messages)])
-        tools = await Tools(tool_servers(task, self.taskset)).open(task)
-        stops = task.hooks("stop")
-
-        def add(message, sampled: bool = False) -> None:
-            trace.nodes.append(vf.MessageNode(parent=len(trace.nodes) - 1, message=message,
-                                              sampled=sampled))
-
-        while not await self._stopped(trace, stops):
-            reply = await client.chat.completions.create(messages=messages,
-                                                         tools=tools.schemas or None)
-            message = reply.choices[0].message
-            messages.append(message)
-            calls = message.tool_calls or []
-            add(vf.AssistantMessage(content=message.content, tool_calls=[
-                vf.ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
-                for c in calls] or None), sampled=True)
-            if not calls:
-                trace.is_completed = True
-                break
-            for call in calls:
-                content = await tools.call(call.function.name, call.function.arguments)
-                tool_message = {"role": "tool", "tool_call_id": call.id,
-                                "name": call.function.name, "content": content}
-                messages.append(tool_message)
-                add(vf.ToolMessage(**tool_message))
+        if self.env is not None:
+            trace = await run_env_episode(self, client, task)
+        else:
+            prompt = row["prompt"]
+            messages = ([{"role": "user", "content": prompt}] if isinstance(prompt, str)
+                        else [dict(m) for m in prompt])
+            conv = await Conversation.open(self, client, task, messages)
+            await conv.segment()
+            trace = conv.trace
         return await self._components(task, trace)
 
-    async def _stopped(self, trace, stops) -> bool:
+    async def stopped(self, trace, stops) -> bool:
         """Whether the episode ends before another model turn (choice 3)."""
         if trace.num_turns >= self.max_turns:
             trace.stop("max_turns")

@@ -14,8 +14,8 @@ Implementation choices:
    ``TaskData`` holds the prompt (text or messages) and a system prompt, and whose ``@vf.reward``
    and ``@vf.metric`` methods score a ``Trace``. An environment id is the taskset's installed
    package (``vf.load_taskset``, the way ``vf.load_environment`` finds it); ``env_args`` are the
-   fields of that taskset's config. A ``vf.Env`` handed over gives its taskset (one with
-   episodes of its own, ``Env.run``, or a harness other than ``null``, is refused).
+   fields of that taskset's config. A ``vf.Env`` handed over gives its taskset; one whose own
+   ``run`` drives the episode is kept for the agent path (``env_of``).
 2) Rows: each task's prompt, as chat messages when it has a system prompt or is messages
    (through the tokenizer's chat template; few-shot turns in the prompt stay), else as text;
    the task data's other fields are row columns (``answer`` is the warm start's demonstration).
@@ -89,25 +89,44 @@ def load_taskset(env_id: str, env_args: dict[str, Any] | None = None):
 
 
 def taskset_of(environment):
-    """The taskset of what a user hands over: a ``vf.Taskset``, or a ``vf.Env``'s."""
+    """The taskset of what a user hands over: a ``vf.Taskset``, or a ``vf.Env``'s (one whose
+    run needs what rlnb does not run is refused: ``env_of``)."""
     vf = _vf()
-    if isinstance(environment, vf.Env):  # what its episodes would run beyond the taskset: refused
-        if not isinstance(environment, vf.SingleAgentEnv):
-            raise ValueError(f"environment= {type(environment).__name__} runs episodes of its "
-                             "own (Env.run: a simulated user, several agents), which rlnb does "
-                             "not run; it trains one agent on a taskset: pass the taskset "
-                             "(env.taskset) or a SingleAgentEnv")
-        harness = environment.config.agent.harness
-        if harness is not None and harness.id != "null":
-            raise ValueError(f"environment=: its agent runs harness {harness.id!r}, a program "
-                             "with tools of its own in a runtime, which rlnb does not run; rlnb "
-                             "runs the tool-less chat loop (harness 'null') with the taskset's "
-                             "toolsets")
+    if isinstance(environment, vf.Env):
+        env_of(environment)
         return environment.taskset
     if isinstance(environment, vf.Taskset):
         return environment
     raise ValueError(f"environment= takes a verifiers Taskset or Env (verifiers.v1), got "
                      f"{type(environment).__name__}")
+
+
+def env_of(environment):
+    """A ``vf.Env`` whose own ``run`` drives its episodes (a game, an engine answering the
+    model), or None for a taskset or a ``SingleAgentEnv``. Refused: an env with several seats
+    (a simulated user, a judge: each a conversation of its own, not one trainable sample), a
+    ``finalize`` of its own, or a seat on a harness other than ``null``."""
+    vf = _vf()
+    if not isinstance(environment, vf.Env):
+        return None
+    from verifiers.v1.configs.agent import agent_config_fields
+
+    seats = agent_config_fields(environment.config)
+    name = type(environment).__name__
+    if len(seats) != 1:
+        raise ValueError(f"environment= {name} has {len(seats)} agent seats ({list(seats)}): "
+                         "each seat's conversation would be a sample of its own; rlnb trains "
+                         "environments with one seat")
+    seat, agent = next(iter(seats.items()))
+    if agent.harness is not None and agent.harness.id != "null":
+        raise ValueError(f"environment= {name}: its seat {seat!r} runs harness "
+                         f"{agent.harness.id!r}, a program with tools of its own in a runtime, "
+                         "which rlnb does not run; rlnb runs the tool-less chat loop (harness "
+                         "'null') with the taskset's toolsets")
+    if type(environment).finalize is not vf.Env.finalize:
+        raise ValueError(f"environment= {name} has a finalize of its own (cross-agent "
+                         "judgement over a finished episode), which rlnb does not run")
+    return None if isinstance(environment, vf.SingleAgentEnv) else environment
 
 
 def _messages(data) -> list[dict[str, str]] | str:
@@ -153,6 +172,7 @@ class VerifiersTask(RowsOf):
             raise ValueError("data.env_id: name an installed verifiers environment, or pass the "
                              "environment in Python (GRPOTrainer(config, environment=...))")
         self._setup(load_taskset(env_id, env_args), env_id, max_rows, num_val, seed)
+        self.env = None
 
     @classmethod
     def from_taskset(cls, environment, *, max_rows: int | None = None, num_val: int = 200,
@@ -161,6 +181,7 @@ class VerifiersTask(RowsOf):
         taskset = taskset_of(environment)
         task = cls.__new__(cls)
         task._setup(taskset, getattr(taskset.config, "id", "") or None, max_rows, num_val, seed)
+        task.env = env_of(environment)
         return task
 
     def _setup(self, taskset, env_id: str | None, max_rows: int | None, num_val: int,
@@ -217,11 +238,12 @@ class VerifiersTask(RowsOf):
 
     @property
     def multi_turn(self) -> bool:
-        """Whether episodes take turns: the tasks have tools (their own toolsets or the
-        taskset's) or ``@vf.stop`` hooks (``agents/verifiers_agent.py`` runs them)."""
+        """Whether episodes take turns: an ``Env`` whose own ``run`` drives them, or tasks
+        with tools (their own toolsets or the taskset's) or ``@vf.stop`` hooks
+        (``agents/verifiers_agent.py`` runs them)."""
         task = self.tasks[0]
-        return bool(type(task).toolsets(task.config) or type(self.taskset).toolsets(
-            self.taskset.config) or task.hooks("stop"))
+        return bool(getattr(self, "env", None) is not None or type(task).toolsets(task.config)
+                    or type(self.taskset).toolsets(self.taskset.config) or task.hooks("stop"))
 
     @property
     def reward_weights(self) -> dict[str, float]:
