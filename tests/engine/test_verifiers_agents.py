@@ -226,7 +226,7 @@ class Player(vf.EnvConfig):
 
 class Guess(vf.Env[Player]):
     """A game whose engine answers the model (verifiers' multi-turn shape): up to three guesses
-    of the product, "higher"/"lower" after each, the reward ``won`` recorded by the run."""
+    of the product, "higher"/"lower" after each, the reward ``won`` (weight 2) recorded by the run."""
 
     async def run(self, task, agents):
         async with agents.player.interaction(task) as chat:
@@ -236,7 +236,7 @@ class Guess(vf.Env[Player]):
                     break
                 guess = int(segment.last_reply) if segment.last_reply.isdigit() else 0
                 segment = await chat.turn("higher" if guess < int(task.data.answer) else "lower")
-        chat.trace.record_reward("won", float(chat.trace.last_reply == task.data.answer), 1.0)
+        chat.trace.record_reward("won", float(chat.trace.last_reply == task.data.answer), 2.0)
 
 
 def guess_env(config=None):
@@ -275,6 +275,8 @@ def test_an_env_episode_trains_on_the_tiny_model_with_the_engines_turns_untraine
     trainer = rlnb.GRPOTrainer(load_config(None, SMALL, preset="fast"), environment=guess_env())
     batch = trainer.rollout()
     assert {"won", "correct", "used_tool"} == set(batch.reward_components)
+    c = batch.reward_components  # the run's weight as it recorded it, the rubric's as declared
+    torch.testing.assert_close(batch.rewards, 2 * c["won"] + c["correct"] + 0.5 * c["used_tool"])
     assert batch.metrics["train/agent/failed_episodes"] == 0.0
     assert batch.metrics["train/mean_turns"] > 1  # the engine answered at least one guess
     lp = trainer.policy.logprobs(batch.input_ids, batch.attention_mask)

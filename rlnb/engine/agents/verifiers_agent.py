@@ -92,11 +92,12 @@ class VerifiersAgentTask(AgentTask):
     docstring). ``rows``: the single-turn ``VerifiersTask`` of the same environment, whose rows,
     held-out split, warm-start answers and scoring it uses."""
 
-    def __init__(self, rows: VerifiersTask, *, max_turns: int, taskset=None):
+    def __init__(self, rows: VerifiersTask, *, max_turns: int):
         self.vf_rows = rows
         self.max_turns = max_turns
         self.env = rows.env  # a verifiers Env whose own run drives the episode, or None
-        self.taskset = taskset if taskset is not None else rows.taskset
+        self.taskset = rows.taskset
+        self.weights: dict[str, float] = {}  # each reward's weight, as the traces record it
         for task in rows.tasks[:1]:
             check_hooks(task, self.taskset, rows.env_id)
         # the rows, their held-out split and warm-start answers stay the verifiers task's
@@ -159,16 +160,16 @@ class VerifiersAgentTask(AgentTask):
         for name, reward in trace.rewards.items():
             if reward is not None and reward.weight != 0:
                 out[name] = float(reward.score)
+                self.weights[name] = reward.weight  # the rubric's, or what an env's run gave
         return out
 
     def rewards_of(self, components: dict[str, torch.Tensor], B: int
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(total [B], correct [B])`` of a batch of episodes' components (choice 4):
         Σ w · score, and the run's notion of correct."""
-        weights = self.vf_rows.reward_weights
         total = torch.zeros(B)
         for name, scores in components.items():
-            total += weights.get(name, 1.0) * scores
+            total += self.weights[name] * scores
         if self.correct_reward is None:
             return total, total > 0
         ref = total if self.correct_reward == "total" else components.get(

@@ -246,12 +246,6 @@ class VerifiersTask(RowsOf):
                     or type(self.taskset).toolsets(self.taskset.config) or task.hooks("stop"))
 
     @property
-    def reward_weights(self) -> dict[str, float]:
-        """Each reward's weight, by name."""
-        return {fn.__name__: getattr(fn, "_vf_weight", 1.0)
-                for fn in self.tasks[0].hooks("reward")}
-
-    @property
     def reward_names(self) -> list[str]:
         """The rewards of the tasks' type, in verifiers' order."""
         return [fn.__name__ for fn in self.tasks[0].hooks("reward")]
