@@ -26,13 +26,11 @@ import time
 
 from harness import load_text, machine_line
 
-# the embedded default before the current recipe (configs/tiny.yaml at 0dd82b9), as overrides
+# the embedded default before the current recipe (configs/tiny.yaml at a008d31, NeMo-RL's
+# numerics: the leave-one-out baseline, rows in order, each step's own token count), as overrides
 PREVIOUS = [
-    "policy.optimizer.lr=5e-4", "policy.train_global_batch_size=256",
-    "policy.train_micro_batch_size=128", "policy.generation.sampler=generate",
-    "grpo.max_num_steps=1000", "grpo.val_period=50", "sft.max_steps=4000",
-    "sft.stop_at_accuracy=0.3", "sft.lr=3e-3", "sft.eval_every=50",
-    "checkpointing.save_period=100",
+    "grpo.use_leave_one_out_baseline=true", "grpo.update_rows=in_order",
+    "grpo.token_normalizer=global_batch",
 ]
 
 

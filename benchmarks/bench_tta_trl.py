@@ -12,9 +12,11 @@ needed to gain +30 and +40 points of held-out accuracy, and their rollouts per s
   written in front, unshuffled. The script checks both saw the same prompts in the same order.
 - Reward: rlnb's ``AdditionTask.score`` (exact match, 0 or 1); TRL's reward function calls it.
 - rlnb: ``configs/tiny.yaml`` (16 prompts x 16 generations, 5 new tokens, temperature 1, lr 3e-4,
-  two optimizer steps of 128 rows per rollout, no KL) with the model folder, the warm start off
-  (its result is the folder), checkpoints and inline validation off, and no run directory (the
-  metrics and rollout files ``rlnb train`` writes are not written; TRL logs and saves nothing).
+  two optimizer steps of 128 rows per rollout, no KL, and whichever of TRL's three choices the
+  recipe takes: group baseline, shuffled rows, rollout-mean token normaliser) with the model
+  folder, the warm start off (its result is the folder), checkpoints and inline validation off,
+  and no run directory (the metrics and rollout files ``rlnb train`` writes are not written;
+  TRL logs and saves nothing).
 - TRL: ``GRPOConfig`` with TRL's documented GRPO defaults (``loss_type="dapo"``,
   ``scale_rewards="group"``, ``beta=0``, ``epsilon=0.2``), fp32 on CPU, and rlnb's recipe mapped
   field by field (``trl_mapping``: prompts x generations, rows per optimizer step, steps per
@@ -31,11 +33,14 @@ Each side runs in a fresh process with ``--threads`` threads, for ``--minutes`` 
 ``--max-steps`` rollouts, whichever comes first; the order alternates by seed; the load average
 is printed around every run. ``--json`` dumps every curve; ``--svg`` writes the accuracy curves
 (default ``docs/tta_vs_trl.svg``). ``--quick``: one seed, a few rollouts (a smoke run). The
-defaults (3 seeds, up to 2500 rollouts or 10 training minutes a side) take at most an hour of
-training plus about a minute per run for start-up and scoring; rlnb's side stops at 2500 rollouts
-(about 3 minutes on a quiet 2-core machine), so expect 40-70 minutes in all.
+defaults (seeds 0-4, up to 2500 rollouts or 10 training minutes a side) take at most 100 minutes
+of training plus about a minute per run for start-up and scoring; rlnb's side stops at 2500
+rollouts (about 5 minutes on a quiet 2-core machine). The README's figure is a shorter run:
+``--minutes 2.5 --max-steps 500 --val-period 10`` (about 30 minutes for the five seeds). The
+target, printed with the verdict: TRL's seconds to +40 points over rlnb's at least 2x on the
+median of seeds 0-4 and at least 1.5x on the worst of them.
 
-    python benchmarks/bench_tta_trl.py [--seeds 0 1 2] [--minutes 10] [--val-period 25]
+    python benchmarks/bench_tta_trl.py [--seeds 0 1 2 3 4] [--minutes 10] [--val-period 25]
                                        [--threads 2] [--trl-venv .venv-trl] [--json out.json]
 """
 
@@ -45,6 +50,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -57,8 +63,9 @@ sys.path.insert(0, str(ROOT / "tools"))  # tools/tta_svg.py draws the curves
 from tta_svg import write_curves_svg  # noqa: E402
 
 CONFIG = ROOT / "configs" / "tiny.yaml"
-TARGET = 2.0  # TRL's seconds to +40 points / rlnb's, on every seed of TARGET_SEEDS
-TARGET_SEEDS = (0, 1, 2)
+TARGET = 2.0  # TRL's seconds to +40 points / rlnb's: the median over TARGET_SEEDS
+TARGET_WORST = 1.5  # ... and the worst seed of them
+TARGET_SEEDS = (0, 1, 2, 3, 4)
 GAINS = (30, 40)  # points of held-out accuracy over the start
 CHECKED_ROLLOUTS = 4  # rollouts whose prompts are compared between the sides
 
@@ -251,18 +258,33 @@ def trl_mapping(cfg) -> tuple[dict, list[tuple[str, str]], list[str]]:
         (f"loss_fn.ratio_clip_min/max={loss.ratio_clip_min}/{loss.ratio_clip_max}",
          f"epsilon={loss.ratio_clip_min}, epsilon_high={loss.ratio_clip_max}"),
         (f"loss_fn.token_level_loss={loss.token_level_loss}",
-         "loss_type=dapo (TRL's default: token sum / tokens of the optimizer step)"),
+         "loss_type=dapo (TRL's default: a token sum over a token count)"),
     ]
-    est = grpo.adv_estimator
-    unmapped = [
-        f"advantage baseline: rlnb's leave-one-out mean (use_leave_one_out_baseline="
-        f"{est.use_leave_one_out_baseline}) divided by the group std; TRL's scale_rewards="
-        "'group' subtracts the whole group's mean (with std normalisation the two differ by "
-        "about G/(G-1) in scale)",
+    loo = grpo.leave_one_out  # the loop's flag where set, else the estimator's
+    if loo:
+        unmapped = ["advantage baseline: rlnb's leave-one-out mean and std of the other G-1 "
+                    "rewards (grpo.use_leave_one_out_baseline=true); TRL's scale_rewards='group' "
+                    "uses the whole group's, the sample in them"]
+    else:
+        pairs.append(("grpo.use_leave_one_out_baseline=false (the group's mean and Bessel std)",
+                      "scale_rewards=group (TRL's default; its std epsilon 1e-4 against 1e-6)"))
+        unmapped = []
+    if grpo.update_rows == "shuffled":
+        pairs.append(("grpo.update_rows=shuffled", "the generation batch shuffled across prompts "
+                      "before it splits into optimizer steps (TRL's own)"))
+    else:
+        unmapped.append("within a rollout TRL shuffles the rows before splitting them into "
+                        "optimizer steps; rlnb takes them in order (grpo.update_rows=in_order)")
+    if grpo.token_normalizer == "rollout_mean":
+        pairs.append(("grpo.token_normalizer=rollout_mean", "loss_type=dapo's divisor: the "
+                      "generation batch's tokens / steps_per_generation"))
+    else:
+        unmapped.append("the token normaliser: rlnb divides each optimizer step by its own "
+                        "tokens (grpo.token_normalizer=global_batch); TRL's dapo by the "
+                        "generation batch's tokens / steps_per_generation")
+    unmapped += [
         "pi_old: rlnb reuses the sampler's log-probs (reuse_generation_logprobs); TRL computes "
         "them with an extra forward pass when steps_per_generation > 1",
-        "within a rollout TRL shuffles the rows before splitting them into optimizer steps; "
-        "rlnb takes them in order",
         "the optimizer: TRL's default optim (printed below) vs rlnb's torch.optim.AdamW",
     ]
     return mapped, pairs, unmapped
@@ -389,12 +411,12 @@ def report(runs: dict, args) -> None:
     print("(to +N: training seconds to the first snapshot N points above the start, '-': not "
           f"reached within the run; snapshots every {args.val_period} rollouts; a rollout is "
           "P x G completions and the optimizer steps over them)")
-    met = set()
+    ratios = {}  # seed -> TRL / rlnb at +40 (a lower bound where TRL did not get there)
     for seed, r in runs.items():
         for g in GAINS:
             ours, theirs = r["rlnb"][f"to{g}"], r["trl"][f"to{g}"]
             if ours is None:
-                text, ratio = "rlnb did not reach it", None
+                text, ratio = "rlnb did not reach it", 0.0
             elif theirs is None:
                 ratio = r["trl"]["seconds"] / ours
                 text = f"TRL did not reach it in {r['trl']['seconds']:.0f} s: ratio > {ratio:.2f}x"
@@ -402,13 +424,22 @@ def report(runs: dict, args) -> None:
                 ratio = theirs / ours
                 text = f"TRL {theirs:.0f} s / rlnb {ours:.0f} s = {ratio:.2f}x"
             print(f"  seed {seed}, time to +{g}: {text}")
-            if g == 40 and ratio is not None and ratio >= TARGET:
-                met.add(seed)
+            if g == 40:
+                ratios[seed] = ratio
+    if ratios:
+        median, worst = statistics.median(ratios.values()), min(ratios.values())
+        print(f"time to +40, TRL / rlnb over seeds {', '.join(map(str, ratios))}: median "
+              f"{median:.2f}x, worst {worst:.2f}x (seed {min(ratios, key=ratios.get)})")
     missing = [s for s in TARGET_SEEDS if s not in runs]
-    verdict = ("NOT MEASURED on seeds " + str(missing)) if missing else (
-        "MET" if met >= set(TARGET_SEEDS) else "MISSED")
-    print(f"target: time to +40 held-out points at least {TARGET}x shorter than TRL's on seeds "
-          f"{', '.join(map(str, TARGET_SEEDS))}: {verdict}")
+    if missing:
+        verdict = f"NOT MEASURED on seeds {missing}"
+    else:
+        kept = [ratios[s] for s in TARGET_SEEDS]
+        ok = statistics.median(kept) >= TARGET and min(kept) >= TARGET_WORST
+        verdict = "MET" if ok else "MISSED"
+    print(f"target: time to +40 held-out points at least {TARGET}x shorter than TRL's on the "
+          f"median of seeds {', '.join(map(str, TARGET_SEEDS))} and {TARGET_WORST}x on the worst: "
+          f"{verdict}")
 
 
 def main() -> None:

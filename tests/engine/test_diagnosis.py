@@ -12,8 +12,11 @@ from rlnb.engine.inspection.diagnosis import Finding, diagnose
 from rlnb.engine.models.policy import Policy
 from rlnb.run.config.master_config import load_config
 
+# the runs were built under NeMo-RL's numerics (the embedded recipe before it took TRL's three
+# choices): with the group baseline the KL run below no longer runs away in 20 steps
 BASE = ["grpo.val_period=0", "grpo.val_at_start=false", "grpo.val_at_end=false",
-        "data.max_operand=9"]
+        "data.max_operand=9", "grpo.use_leave_one_out_baseline=true",
+        "grpo.update_rows=in_order", "grpo.token_normalizer=global_batch"]
 TWO_STEPS = "policy.train_global_batch_size=8"  # P x G = 16 rows: two optimizer steps a rollout
 ROWS = [{"prompt": f"{a}+{b}=", "solution": str(a + b)} for a in range(10) for b in range(10)]
 

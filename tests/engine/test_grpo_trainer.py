@@ -135,7 +135,10 @@ def test_same_seed_same_metrics_on_cpu():
 def test_config_overrides_and_unknown_keys():
     cfg = load_config("configs/tiny.yaml", ["loss_fn.ratio_clip_max=0.28", "grpo.seed=3"])
     assert cfg.loss_fn.ratio_clip_max == 0.28 and cfg.grpo.seed == 3
-    assert cfg.grpo.adv_estimator.use_leave_one_out_baseline  # follows the top-level flag
+    # the embedded recipe's group baseline (TRL's); NeMo-RL's top-level name sets the estimator's
+    assert cfg.grpo.adv_estimator.use_leave_one_out_baseline is False
+    back = load_config("configs/tiny.yaml", ["grpo.use_leave_one_out_baseline=true"])
+    assert back.grpo.adv_estimator.use_leave_one_out_baseline and back.grpo.leave_one_out
     with pytest.raises(ValueError, match=r"loss_fn\.ratio_clip_mx: unknown key; did you mean 'ratio_clip_max'"):
         load_config(None, ["loss_fn.ratio_clip_mx=0.3"])
     with pytest.raises(ValueError, match=r"polcy: unknown section; did you mean 'policy'"):

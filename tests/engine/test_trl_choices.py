@@ -1,5 +1,5 @@
-"""Two of TRL's GRPOTrainer choices as rlnb options (off by default, NeMo-RL's numerics kept):
-``grpo.update_rows: shuffled`` (a rollout's rows permuted across prompts before they split into
+"""Two of TRL's GRPOTrainer choices as rlnb options (their defaults NeMo-RL's numerics; the
+embedded recipe turns them on, with TRL's group baseline): ``grpo.update_rows: shuffled`` (a rollout's rows permuted across prompts before they split into
 optimizer steps, as TRL shuffles its generation batch) and ``grpo.token_normalizer:
 rollout_mean`` (every step's token-level loss divided by the rollout's valid tokens over its
 steps, as TRL's ``dapo`` loss divides by the generation batch's). Counts derived by hand."""
@@ -7,11 +7,14 @@ steps, as TRL's ``dapo`` loss divides by the generation batch's). Counts derived
 import torch
 
 from rlnb.engine.trainers.grpo import GRPOTrainer, shuffled_rows
-from rlnb.run.config.master_config import load_config
+from rlnb.run.config.master_config import load_config, packaged_config
 
+# NeMo-RL's numerics: the options' own defaults, and the override back from the embedded recipe
+NEMO = ["grpo.use_leave_one_out_baseline=true", "grpo.update_rows=in_order",
+        "grpo.token_normalizer=global_batch"]
 SMALL = ["grpo.val_period=0", "grpo.val_at_start=false", "grpo.val_at_end=false",
          "sft.enabled=false", "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=2",
-         "policy.train_global_batch_size=2", "policy.train_micro_batch_size=2"]
+         "policy.train_global_batch_size=2", "policy.train_micro_batch_size=2", *NEMO]
 
 
 class Recording:
@@ -69,3 +72,18 @@ def test_shuffled_rows_mix_prompts_across_optimizer_steps_in_a_seeded_order():
                         for step in rec.rows for r in step]
     assert orders["in_order"] == [0, 1, 2, 3]
     assert sorted(orders["shuffled"]) == [0, 1, 2, 3] and orders["shuffled"] != [0, 1, 2, 3]
+
+
+def trl_choices(config) -> tuple:
+    grpo = config.grpo
+    return (grpo.adv_estimator.use_leave_one_out_baseline, grpo.leave_one_out, grpo.update_rows,
+            grpo.token_normalizer)
+
+
+def test_the_embedded_recipe_takes_trls_three_choices_and_every_other_config_nemo_rls():
+    trl, nemo = (False, False, "shuffled", "rollout_mean"), (True, True, "in_order", "global_batch")
+    assert trl_choices(load_config(None)) == trl  # configs/tiny.yaml
+    assert trl_choices(load_config(None, NEMO)) == nemo  # the override back (docs/algorithms.md)
+    assert trl_choices(load_config({})) == nemo  # the options' own defaults
+    for name in ("async_tiny", "calculator_tiny", "reasoning_gym_tiny", "qwen3_0.6b"):
+        assert trl_choices(load_config(packaged_config(name))) == nemo, name

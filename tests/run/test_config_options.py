@@ -55,7 +55,8 @@ OPTIONAL_VALUES = {
     "policy.generation.top_k": 3,
     "policy.generation.stop_strings": ["5"],
     "policy.generation.stop_token_ids": [9],  # the tiny tokenizer's "5"
-    "grpo.use_leave_one_out_baseline": False,  # the loop's flag beside the estimator's True
+    # NeMo-RL's leave-one-out (the name sets the estimator's flag) against the recipe's group
+    "grpo.use_leave_one_out_baseline": True,
     "loss_fn.ratio_clip_c": 3.0,
     "loss_fn.kl_input_clamp_value": 0.01,
     "loss_fn.kl_output_clamp_value": 1e-4,
@@ -92,7 +93,10 @@ OPTIONAL_VALUES = {
     "policy.generation.vllm.enforce_eager": True,
     "grpo.reward_shaping.overlong_buffer_length": 3,
     "grpo.reward_shaping.overlong_buffer_penalty": 0.5,
-    "grpo.reward_shaping.max_response_length": 3,
+    # 6: responses of 3 and 4 tokens go unpenalised (the buffer starts at 4) where the base's 4
+    # gave them -0.5 and -1; at 3 every penalty would move by the same 0.5, which a group
+    # baseline cancels exactly
+    "grpo.reward_shaping.max_response_length": 6,
     "grpo.reward_shaping.stop_properly_penalty_coef": 0.5,
     "checkpointing.checkpoint_dir": "ckpts",
     "checkpointing.keep_top_k": 1,

@@ -275,9 +275,14 @@ def _grpo_step_by_step(nb):
     html = mime_outputs(nb, "text/html")
     assert any("rlnb dashboard</b> — 4 steps" in h for h in html), "stale dashboard snapshot"
     _widgets_have_static_twins(nb)
-    _formula_checks(nb, "1 right of 4: A = 1.000 (right), -0.577 (wrong); rlnb 1.000, -0.577; "
-                    "÷ the whole group's std would give 2.000",
-                    "all 16 advantages of the batch: the formula matches compute_advantages",
+    # by hand: the group [1, 0, 0, 0] has mean 1/4 and Bessel std 1/2, so (1 - 1/4) / (1/2) and
+    # (0 - 1/4) / (1/2); leave-one-out, the right answer's others agree (std 0): 1 - 0, and a
+    # wrong one's are [1, 0, 0]: (0 - 1/3) / 0.577
+    _formula_checks(nb, "1 right of 4: A = group: 1.500 (right), -0.500 (wrong); leave-one-out: "
+                    "1.000 (right), -0.577 (wrong) (by hand = library)",
+                    "1 right of 16: A = group: 3.750 (right)",  # (15/16) / (1/4) = (G - 1)/√G
+                    "all 16 advantages of the batch (leave_one_out=False): the formula matches "
+                    "compute_advantages",
                     "L by hand")
 
 
@@ -287,7 +292,7 @@ def _advantage_estimators(nb):
     assert any("reinforce_plus_plus" in t and "gdpo" in t for t in tables)
     _widgets_have_static_twins(nb)
     _formula_checks(nb, *(f"{name:24s} max |by hand − library|" for name in (
-        "grpo", "grpo, no leave-one-out", "grpo, no ÷ std", "reinforce_plus_plus", "gdpo")))
+        "grpo", "grpo, leave_one_out=True", "grpo, no ÷ std", "reinforce_plus_plus", "gdpo")))
     assert any("with a format advantage ≠ 0" in t for t in tables), "no GDPO decomposition"
 
 
@@ -371,6 +376,18 @@ def _dpo_vs_grpo(nb):
     _widgets_have_static_twins(nb)
 
 
+
+def _learning_per_rollout(nb):
+    tables = [h for h in mime_outputs(nb, "text/html") if "<table" in h]
+    # the advantages by formula, per group: the lone right answer's ratio loo / group sits there
+    assert any("right: loo / group" in t for t in tables), "no advantage table"
+    # one update under NeMo-RL's numerics, each choice alone and TRL's three
+    assert any("NeMo-RL&#x27;s numerics" in t or "NeMo-RL's numerics" in t for t in tables)
+    assert any("TRL&#x27;s three (the recipe)" in t or "TRL's three (the recipe)" in t
+               for t in tables), "no update-size table"
+    assert any("steps to +40" in t for t in tables), "no study table"
+    assert "steps to +40" in stdout(nb)  # the power lines
+
 EXTRA_CHECKS = {
     "01_grpo_step_by_step": [_grpo_step_by_step],
     "02_advantage_estimators": [_advantage_estimators],
@@ -380,6 +397,7 @@ EXTRA_CHECKS = {
     "06_async_grpo": [_async_grpo],
     "07_reproducing_findings": [_reproducing_findings],
     "09_dpo_vs_grpo": [_dpo_vs_grpo],
+    "12_learning_per_rollout": [_learning_per_rollout],
 }
 
 

@@ -24,10 +24,12 @@ Implementation choices:
    different estimator flag, each keeps its own (NeMo-RL's ProRL configs).
 5) Under ``accelerate`` every rank rolls out its own share of the prompts (whole groups) and
    counts are summed over ranks inside the loss.
-6) Two of TRL's choices are options, off by default (NeMo-RL's numerics): ``update_rows:
+6) Two of TRL's choices are options whose defaults are NeMo-RL's numerics: ``update_rows:
    shuffled`` permutes a rollout's rows across prompts before they split into optimizer steps
    (TRL shuffles its generation batch), and ``token_normalizer: rollout_mean`` divides every
    step's token-level loss by the rollout's valid tokens over its steps (TRL's ``dapo`` loss).
+   The embedded recipe (``configs/tiny.yaml``) turns both on, with the group baseline
+   (docs/algorithms.md#defaults-of-the-embedded-recipe).
 """
 
 from __future__ import annotations
