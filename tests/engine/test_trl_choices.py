@@ -65,11 +65,13 @@ def test_shuffled_rows_mix_prompts_across_optimizer_steps_in_a_seeded_order():
         trainer = GRPOTrainer(load_config(None, [*SMALL, f"grpo.update_rows={rows}"],
                                           preset="fast"))
         batch = trainer.compute_advantages(trainer.rollout())
+        told = trainer.row_order(4).tolist()  # what the update is about to take, by its own word
         rec = Recording(trainer.loss_fn)
         trainer.update(batch, loss_fn=rec)
         ids = batch.rollout.input_ids
         orders[rows] = [next(i for i in range(len(ids)) if torch.equal(ids[i], r))
                         for step in rec.rows for r in step]
+        assert orders[rows] == told, rows
     assert orders["in_order"] == [0, 1, 2, 3]
     assert sorted(orders["shuffled"]) == [0, 1, 2, 3] and orders["shuffled"] != [0, 1, 2, 3]
 

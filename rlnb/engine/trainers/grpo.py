@@ -63,12 +63,17 @@ from rlnb.engine.trainers.memory_check import (
 from rlnb.engine.trainers.views import CLIP_PANEL, FUNNEL_PANEL, KL_PANEL, REWARD_PANEL, Stage
 
 
+def seeded_order(n: int, key: str) -> torch.Tensor:
+    """``[n]``: a random permutation of ``0..n-1`` seeded by the string ``key``."""
+    gen = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8],
+                                                       "little") % 2**63)
+    return torch.randperm(n, generator=gen)
+
+
 def shuffled_rows(data: dict[str, torch.Tensor], key: str) -> dict[str, torch.Tensor]:
     """``data``'s ``[B, ...]`` tensors with their rows in one seeded random order (``key``)."""
     B = data["input_ids"].shape[0]
-    gen = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8],
-                                                       "little") % 2**63)
-    order = torch.randperm(B, generator=gen)
+    order = seeded_order(B, key)
     return {k: v[order] if isinstance(v, torch.Tensor) and v.shape[:1] == (B,) else v
             for k, v in data.items()}
 
@@ -228,6 +233,18 @@ class GRPOTrainer(Trainer):
         return self._estimator_cache
 
     # ------------------------------------------------------------------ stage 3: update
+    def _rows_key(self) -> str:
+        loop = self.loop_config
+        return f"rlnb/update_rows/{loop.seed}/{self.step_count}/{self.dist.rank}"
+
+    def row_order(self, rows: int) -> torch.Tensor:
+        """``[rows]``: the order in which the next ``update`` takes this rank's rows of a batch
+        into its optimizer steps (``grpo.update_rows``: ``in_order`` 0, 1, ...; ``shuffled``
+        one seeded permutation per step), e.g. to recompute its loss by hand."""
+        if self.loop_config.update_rows != "shuffled":
+            return torch.arange(rows)
+        return seeded_order(rows, self._rows_key())
+
     def update(self, batch: AdvantageBatch, *, dry_run: bool = False,
                loss_fn: ClippedPGLossFn | dict | None = None) -> UpdateResult:
         """Stage 3: the loss and an optimizer step per global batch (none with ``dry_run``).
@@ -239,8 +256,7 @@ class GRPOTrainer(Trainer):
         loop = self.loop_config
         data = batch.train_data()
         if loop.update_rows == "shuffled":  # TRL's split of a generation batch into steps
-            data = shuffled_rows(data, f"rlnb/update_rows/{loop.seed}/{self.step_count}/"
-                                       f"{self.dist.rank}")
+            data = shuffled_rows(data, self._rows_key())
         metrics = self.policy_pass(data, loss_fn, dry_run,
                                    token_normalizer=loop.token_normalizer)
         t = metrics["timing/train/policy_training"]
