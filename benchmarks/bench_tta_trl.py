@@ -36,7 +36,7 @@ is printed around every run. ``--json`` dumps every curve; ``--svg`` writes the 
 defaults (seeds 0-4, up to 2500 rollouts or 10 training minutes a side) take at most 100 minutes
 of training plus about a minute per run for start-up and scoring; rlnb's side stops at 2500
 rollouts (about 5 minutes on a quiet 2-core machine). The README's figure is a shorter run:
-``--minutes 2.5 --max-steps 500 --val-period 10`` (about 30 minutes for the five seeds). The
+``--minutes 4 --max-steps 1000 --val-period 10`` (about 35 minutes for the five seeds). The
 target, printed with the verdict: TRL's seconds to +40 points over rlnb's at least 2x on the
 median of seeds 0-4 and at least 1.5x on the worst of them.
 

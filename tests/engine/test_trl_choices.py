@@ -1,8 +1,9 @@
-"""Two of TRL's GRPOTrainer choices as rlnb options (their defaults NeMo-RL's numerics; the
-embedded recipe turns them on, with TRL's group baseline): ``grpo.update_rows: shuffled`` (a rollout's rows permuted across prompts before they split into
-optimizer steps, as TRL shuffles its generation batch) and ``grpo.token_normalizer:
-rollout_mean`` (every step's token-level loss divided by the rollout's valid tokens over its
-steps, as TRL's ``dapo`` loss divides by the generation batch's). Counts derived by hand."""
+"""Two of TRL's GRPOTrainer choices as rlnb options, their defaults NeMo-RL's numerics (the
+embedded recipe turns them on, with TRL's group baseline): ``grpo.update_rows: shuffled`` (a
+rollout's rows permuted across prompts before they split into optimizer steps, as TRL shuffles
+its generation batch) and ``grpo.token_normalizer: rollout_mean`` (every step's token-level loss
+divided by the rollout's valid tokens over its steps, as TRL's ``dapo`` loss divides by the
+generation batch's). Counts derived by hand."""
 
 import torch
 
