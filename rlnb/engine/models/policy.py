@@ -29,6 +29,12 @@ Implementation choices (docs/algorithms.md#masked-helpers-and-reductions):
 8) ``policy.device``: the model (and the reference copy, the optimizer state) lives on the GPU
    when torch sees one (``auto``), or where it is told; batches stay on the CPU and each
    micro-batch moves to the model's device. Under a launcher, accelerate places it instead.
+9) ``policy.share_prompt_prefix`` (on by default): the update's forward + backward, and the
+   log-prob passes given the token mask, run each distinct prompt once and its rows' responses
+   on its KV cache (``shared_prefix.py``): the same numbers to float rounding, about half the
+   tokens of a GRPO micro-batch. Checked against the full pass once per model; off under a
+   launcher and for models with dropout; under ``policy.compile`` the update keeps its
+   compiled full pass.
 """
 
 from __future__ import annotations
@@ -49,6 +55,11 @@ from rlnb.engine.models.generation import GenerationConfig
 from rlnb.engine.models.loading import load_model_and_tokenizer
 from rlnb.engine.models.lora import LoraConfig, adapters_disabled, has_adapters
 from rlnb.engine.models.random_init import RandomInitConfig
+from rlnb.engine.models.shared_prefix import (
+    SharedPrefix,
+    first_scored_column,
+    shared_prefix_logprobs,
+)
 from rlnb.engine.runtime.distributed import Distributed
 
 
@@ -153,6 +164,11 @@ class PolicyConfig(Config):
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     compile: CompileConfig = Field(default_factory=CompileConfig)
+    share_prompt_prefix: bool = Field(
+        True, description="Forward each distinct prompt once in the update (and in the "
+        "policy's and reference's log-prob passes), its rows reading its KV cache: equal to "
+        "the full pass to float rounding. Not under a launcher, nor for models with dropout; "
+        "with policy.compile the update keeps its compiled full pass (shared_prefix.py).")
 
     @cross_field_rule
     def _room_for_a_prompt(self) -> PolicyConfig:
@@ -234,6 +250,10 @@ class Policy:
             )
             if self.reference_model is not None:  # prepare moved the policy, not the copy
                 self.reference_model.to(self.device)
+        # choice 9; the critic's section (value.py) has no such field: its forward is not this
+        self.shared_prefix = SharedPrefix(getattr(cfg, "share_prompt_prefix", False), model)
+        if self.dist.accelerator is not None:
+            self.shared_prefix.turn_off("under a launcher (DDP takes one forward per backward)")
         self.compiled = None
         compile_cfg = getattr(cfg, "compile", None)  # the critic's section (value.py) has none
         if compile_cfg is not None and compile_cfg.enabled:  # choice 7
@@ -285,13 +305,35 @@ class Policy:
                              f"[0, {vocab}): min {int(input_ids.min())}, max "
                              f"{int(input_ids.max())}")
 
+    def prefix_logprobs(self, model, input_ids, attention_mask, token_mask):
+        """``[B, S]`` log-probs by the shared-prefix pass (choice 9), split at the first column
+        ``token_mask [B, S]`` scores; ``None`` where the plain pass should run."""
+        shared = self.shared_prefix
+        if not shared.enabled or token_mask is None:
+            return None
+        positions = position_ids_from_mask(attention_mask)
+        split = first_scored_column(token_mask)
+
+        def run():
+            return shared_prefix_logprobs(model, input_ids, attention_mask, positions, split,
+                                          self.config.generation.temperature)
+
+        if not shared.checked and not shared.check(
+                model, lambda: self.forward_logprobs(model, input_ids, attention_mask), run,
+                attention_mask):
+            return None
+        return run()
+
     @torch.no_grad()
-    def logprobs(self, input_ids, attention_mask, reference: bool = False) -> torch.Tensor:
-        """Per-token log-probs of ``input_ids [B, S]`` under the policy (or the reference)."""
+    def logprobs(self, input_ids, attention_mask, reference: bool = False,
+                 token_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-token log-probs of ``input_ids [B, S]`` under the policy (or the reference);
+        with ``token_mask [B, S]`` (the positions the caller reads), each distinct prompt is
+        forwarded once (choice 9)."""
         self.check_tokens(input_ids)
         if reference and self.lora:  # the reference: the base, the adapters off
             with adapters_disabled(self.model):
-                return self.logprobs(input_ids, attention_mask)
+                return self.logprobs(input_ids, attention_mask, token_mask=token_mask)
         model = self.reference_model if reference else self.model
         if model is None:
             raise ValueError(
@@ -302,13 +344,13 @@ class Policy:
         chunks = []
         n = self.config.logprob_batch_size
         for i in range(0, input_ids.shape[0], n):
-            chunks.append(
-                self.forward_logprobs(
-                    model,
-                    input_ids[i : i + n].to(self.device),
-                    attention_mask[i : i + n].to(self.device),
-                ).cpu()
-            )
+            ids, mask = input_ids[i : i + n].to(self.device), attention_mask[i : i + n].to(
+                self.device)
+            rows = None
+            if token_mask is not None:
+                rows = self.prefix_logprobs(model, ids, mask, token_mask[i : i + n])
+            chunks.append((rows if rows is not None else self.forward_logprobs(
+                model, ids, mask)).cpu())
         model.train(was_training)
         return torch.cat(chunks)
 
@@ -369,15 +411,19 @@ class Policy:
             parts = []
             if not dry_run:
                 self.optimizer.zero_grad(set_to_none=True)
-            forward = self.forward_logprobs
-            if self.compiled is not None and self.compiled.update is not None and not dry_run:
-                forward = self.compiled.update  # choice 7
+            compiled = self.compiled is not None and self.compiled.update is not None \
+                and not self.compiled.update.eager and not dry_run  # (eager: compiling failed)
+            forward = self.compiled.update if compiled else self.forward_logprobs  # choice 7
             for m0 in range(rows.start, rows.stop, mbs):
                 mb = {k: v[m0 : min(m0 + mbs, rows.stop)].to(self.device) for k, v in data.items()}
                 with torch.set_grad_enabled(not dry_run):
-                    logprobs = forward(
-                        self.train_model, mb["input_ids"], mb["attention_mask"]
-                    )
+                    logprobs = None if compiled else self.prefix_logprobs(  # choice 9
+                        self.train_model, mb["input_ids"], mb["attention_mask"],
+                        mb["token_mask"])
+                    if logprobs is None:
+                        logprobs = forward(
+                            self.train_model, mb["input_ids"], mb["attention_mask"]
+                        )
                     loss, metrics = loss_fn.from_logprobs(logprobs[:, 1:], mb, n_seq, divisor)
                 if not dry_run:
                     # DDP averages gradients over ranks; the loss is already a global sum

@@ -157,10 +157,12 @@ def add_logprobs(policy, batch: RolloutBatch, *, reuse: bool, reference: bool) -
         batch.prev_logprobs = batch.generation_logprobs * batch.token_mask
     else:
         batch.prev_logprobs = policy.logprobs(
-            batch.input_ids, batch.attention_mask) * batch.token_mask
+            batch.input_ids, batch.attention_mask, token_mask=batch.token_mask
+        ) * batch.token_mask
     if reference:
         batch.reference_logprobs = policy.logprobs(
-            batch.input_ids, batch.attention_mask, reference=True) * batch.token_mask
+            batch.input_ids, batch.attention_mask, reference=True, token_mask=batch.token_mask
+        ) * batch.token_mask
     batch.metrics["timing/train/policy_and_reference_logprobs"] = elapsed()
     return batch
 

@@ -75,6 +75,7 @@ def warm_start_key(trainer, cfg: SFTConfig) -> str:
         "optimizer", "train_global_batch_size", "train_micro_batch_size",
         "logprob_batch_size", "max_grad_norm", "lora",
         "device",  # where the model lives: its type is below (auto and cuda on a GPU agree)
+        "share_prompt_prefix",  # the RL update's and log-prob passes' split, never the SFT's
         *(() if config.policy.compile.enabled else ("compile",))})
     for key, off in (("fill_context", False), ("stop_token_ids", None)):
         if policy["generation"].get(key) == off:  # off, as before the option: caches stay valid
