@@ -118,6 +118,7 @@ WEIGHT_CODE = (
     "rlnb.engine.runtime.timing",  # the probe's stage timers
     "rlnb.engine.models.tiny",  # the embedded model's tokenizer and initial weights
     "rlnb.engine.models.policy",  # forward_logprobs, sync_reference
+    "rlnb.engine.models.shared_prefix",  # imported by the policy (the SFT's pass is the full one)
     "rlnb.engine.models.loading",  # the model and tokenizer loaded (or the tiny one built)
     "rlnb.engine.models.random_init",  # policy.model_name=random: its initial weights
     "rlnb.engine.models.lora",  # LoRA runs: the adapters switched off while the base trains
