@@ -31,6 +31,10 @@ Implementation choices:
    their gradients; LoRA trains N_t adapter parameters but the activations are the same.
 6) Sizes are upper bounds where the run varies: every prompt is as long as the context allows
    and every response runs to ``max_new_tokens``.
+7) With ``policy.share_prompt_prefix`` (``shared_prefix.py``) the update forwards each distinct
+   prompt of a micro-batch once: at most min(P, m) prompts and m responses instead of m rows,
+   plus each row's copy of its prompt's keys and values (``2·L·k·b`` per prompt token) and the
+   responses' logits joined to their prompt's last (``m·R·V·b``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rlnb.engine.models.lora import add_adapters, trainable_parameters
+from rlnb.engine.models.shared_prefix import MIN_SAVING
 
 GIB = 2**30
 
@@ -208,11 +213,24 @@ def plan_memory(policy, *, prompts: int, generations: int, reference: bool,
     t["logprob_logits"] = n * T * V * (b + 4 * copies) if passes else 0
     t["logsumexp_workspace"] = n * T * V * 4 if passes else 0
     m = min(policy.train_micro_batch_size, B)
-    t["activations"] = m * T * shape.num_layers * layer_activation_bytes(shape, b)
+    R = T - prompt_length  # a response's columns
+    # choice 7: the shared-prefix pass forwards at most min(P, m) distinct prompts and m
+    # responses, when that saves what it needs to (shared_prefix.MIN_SAVING)
+    rows_forwarded = m * T
+    shared = min(P, m) * prompt_length + m * R
+    if getattr(policy, "share_prompt_prefix", False) and generations > 1 and 0 < R < T and \
+            shared <= (1 - MIN_SAVING) * m * T:
+        rows_forwarded = shared
+    t["activations"] = rows_forwarded * shape.num_layers * layer_activation_bytes(shape, b)
     # the logits, the float32 z logsumexp saves (a copy when b < 4 or τ != 1), and in
     # backward logsumexp's, gather's and their summed gradient
     saved_z = int(b < 4 or gen.temperature != 1.0)
-    t["update_logits"] = m * T * V * (b + 4 * (3 + saved_z))
+    t["update_logits"] = rows_forwarded * V * (b + 4 * (3 + saved_z))
+    if rows_forwarded < m * T:
+        # every row's copy of its prompt's keys and values (the cache the responses attend
+        # to), and the responses' logits joined to the prompts' last ones
+        t["activations"] += m * prompt_length * kv_per_token
+        t["update_logits"] += m * R * V * b
     # AdamW's foreach step: a temporary the size of the second moment (sqrt), after backward
     t["optimizer_step"] = shape.trainable * b
     stages = {

@@ -16,7 +16,7 @@ A GRPO batch repeats every prompt G times, so with the update's default split (t
 any row is scored on) a micro-batch of 128 rows over 16 prompts forwards 16 prompts and 128
 responses instead of 128 prompt-plus-response rows: at the embedded recipe's shapes (prompts of
 7 columns, responses of 5) about half the tokens. The sampler prefills each distinct prompt once
-for the same reason (``sampler.py``).
+for the same reason (``sampler.py``). See docs/guide.md#shared-prompt-prefixes.
 
 Implementation choices:
 1) Any split ``c`` with ``1 ≤ c < S`` gives the same numbers; the caller picks the one that
