@@ -219,8 +219,12 @@ def test_warm_start_trains_the_base_and_shares_the_plain_runs_cache_entry():
     assert warm_start_key(plain, plain.config.sft) == warm_start_key(lora, lora.config.sft)
     # the key of a run without adapters is the one it had before LoRA existed (d3f64f5bc56facdc,
     # computed on main before the LoRA merge), with data holding the task's own settings only
-    # since tasks own them (the same key with the data section of every task's keys)
-    assert warm_start_key(plain, plain.config.sft) == "053899c2edb32142"
+    # since tasks own them (the same key with the data section of every task's keys); the
+    # recipe's attention kernel joins the key only when set, so without it the key is that one
+    own_kernel = GRPOTrainer(load_config(None, [*sft, "policy.attn_implementation=null"],
+                                         preset="fast"))
+    assert warm_start_key(own_kernel, own_kernel.config.sft) == "053899c2edb32142"
+    assert warm_start_key(plain, plain.config.sft) == "96d2be7b4d3373d6"  # eager: its own weights
     from rlnb.run.store.warm_start_cache import cached_warm_start
 
     for t in (plain, lora):

@@ -70,6 +70,13 @@ CASES = {  # float32: the CPU measure of a bf16 model differs from CUDA's kernel
               "loss_fn.reference_policy_kl_penalty=0.01", "grpo.reuse_generation_logprobs=false",
               "policy.generation.max_new_tokens=8", "policy.max_total_sequence_length=24",
               "policy.train_micro_batch_size=8", "policy.logprob_batch_size=16"],
+    # long rows, eager attention with GQA: without its terms (the attention weights, the keys
+    # and values repeated to every head) generation's plan missed its peak by 15 %
+    "qwen3, eager, long rows": [
+        *SMALL_QWEN3, "policy.random_init.vocab_size=2000", "policy.attn_implementation=eager",
+        "grpo.reuse_generation_logprobs=false", "policy.generation.max_new_tokens=88",
+        "policy.max_total_sequence_length=96", "policy.train_micro_batch_size=8",
+        "policy.logprob_batch_size=16"],
 }
 
 
@@ -94,6 +101,7 @@ def test_the_plan_is_within_tolerance_of_the_measured_peaks(case):
         if stage == "logprobs":  # allocated inside logsumexp's kernel: the CPU measure is blind
             planned -= plan.terms["logsumexp_workspace"]
         measured = metrics[f"memory/{stage}_peak_gib"] * 2**30
+        print(f"{case} {stage}: plan {(planned - measured) / measured:+.1%} of the measured peak")
         assert abs(planned - measured) <= TOLERANCE * measured, (stage, planned, measured)
 
 

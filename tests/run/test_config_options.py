@@ -194,6 +194,9 @@ NUMBER_VALUES = {"logger.rollouts_every": 2}
 SAME_NUMBERS = {"policy.logprob_batch_size": 4, "policy.train_micro_batch_size": 4,
                 # auto is the CPU where torch sees no GPU (cuda there: refused at load)
                 "policy.device": "cpu",
+                # the recipe's eager attention against SDPA: float rounding apart (the
+                # equality on every read log-prob and gradient: engine/test_attention.py)
+                "policy.attn_implementation": "sdpa",
                 # the generator's log-probs are the policy's (same weights): ~1e-6 apart
                 "grpo.reuse_generation_logprobs": "false", "ppo.reuse_generation_logprobs": "false",
                 "value.logprob_batch_size": 4, "value.train_micro_batch_size": 4,

@@ -10,6 +10,11 @@ than the AVX2 build machines from the same code and seed. So the file holds one 
 environment (the packages that compute, the CPU instruction set torch uses, the CPU vendor, the
 threads), and the test compares a run only with the record of its own environment.
 
+A machine of a wider class records a narrower one's by telling every kernel library to stay
+within it: ``ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2`` on an
+AVX-512 machine gave the AVX2 machine's record bit for bit (and ``ATEN_CPU_CAPABILITY=default``
+with the same two the DEFAULT one), so all three records can be made on one machine.
+
 It runs the warm start twice from empty caches and refuses to record unless both runs agree to
 the bit. A record made by other code (another ``code`` hash) than this one is dropped when this
 one is written: its environment then reports until someone records there again. Rerun it after a

@@ -102,13 +102,10 @@ def end_ids(tokenizer, config) -> int | list[int] | None:
 def left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Token id lists -> left-padded ``(ids [B, L], mask [B, L])``, L the longest row."""
     width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        if row:
-            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-            mask[i, width - len(row) :] = 1
-    return ids, mask
+    # padded as lists, one tensor each: per-row tensors cost more than the rows at GRPO's sizes
+    ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
+    return ids.reshape(len(rows), width), mask.reshape(len(rows), width)
 
 
 def response_mask_and_truncation(

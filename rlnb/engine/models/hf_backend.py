@@ -76,8 +76,8 @@ class HFGenerationBackend(GenerationBackend):
         )
         response_ids = torch.where(mask.bool(), response_ids, tok.pad_token_id)
         texts = [
-            tok.decode(row[m.bool()].tolist(), skip_special_tokens=True)
-            for row, m in zip(response_ids, mask)
+            tok.decode([t for t, keep in zip(row, m) if keep], skip_special_tokens=True)
+            for row, m in zip(response_ids.tolist(), mask.tolist())  # lists: no per-row tensors
         ]
         return Generations(
             prompt_ids,

@@ -19,9 +19,29 @@ from rlnb.engine.models.random_init import build_random_model
 from rlnb.engine.models.tiny import build_char_tokenizer, build_tiny_llama
 
 
+def set_attention(model, name: str | None):
+    """Switch ``model``'s attention kernel to transformers' ``name`` (``"eager"``, ``"sdpa"``);
+    ``None`` leaves it as loaded. Older transformers read the config's field at each forward."""
+    if name is None:
+        return model
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(name)
+    else:
+        model.config._attn_implementation = name
+    return model
+
+
 def load_model_and_tokenizer(cfg, seed: int = 0):
     """``(model, tokenizer)`` for ``cfg`` (a ``PolicyConfig``): the tiny model built, or a Hugging
-    Face causal LM and its tokenizer loaded (offline for paths), LoRA adapters added if enabled."""
+    Face causal LM and its tokenizer loaded (offline for paths), LoRA adapters added if enabled,
+    with ``policy.attn_implementation``'s attention kernel when it names one."""
+    model, tokenizer = load_base(cfg, seed)
+    model = set_attention(model, getattr(cfg, "attn_implementation", None))
+    return add_adapters(model, cfg.lora, seed=seed), tokenizer  # (if enabled)
+
+
+def load_base(cfg, seed: int):
+    """``(model, tokenizer)`` as ``policy.model_name`` names them, before adapters."""
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.precision]
     if cfg.model_name == "tiny":
         t = cfg.tiny
@@ -35,11 +55,11 @@ def load_model_and_tokenizer(cfg, seed: int = 0):
             max_position_embeddings=max(256, cfg.max_total_sequence_length),
             seed=seed,
         )
-        return add_adapters(model.to(dtype), cfg.lora, seed=seed), tokenizer  # (if enabled)
+        return model.to(dtype), tokenizer
     if cfg.model_name == "random":
         model, tokenizer = build_random_model(
             cfg.random_init, dtype=dtype, max_positions=cfg.max_total_sequence_length, seed=seed)
-        return add_adapters(model, cfg.lora, seed=seed), tokenizer
+        return model, tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     name = cfg.model_name
@@ -58,4 +78,4 @@ def load_model_and_tokenizer(cfg, seed: int = 0):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token  # decoder-only models often ship without one
     tokenizer.padding_side = "left"
-    return add_adapters(model, cfg.lora, seed=seed), tokenizer
+    return model, tokenizer

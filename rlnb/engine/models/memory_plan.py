@@ -35,6 +35,14 @@ Implementation choices:
    prompt of a micro-batch once: at most min(P, m) prompts and m responses instead of m rows,
    plus each row's copy of its prompt's keys and values (``2·L·k·b`` per prompt token) and the
    responses' logits joined to their prompt's last (``m·R·V·b``).
+8) With ``policy.attn_implementation: eager`` attention is a matmul, a softmax and a matmul, and
+   the ``[rows, heads, queries, keys]`` weights are real tensors: the update saves the float32
+   softmax (and its b-byte copy when b < 4) per layer, and a forward without gradient holds a
+   layer's scores and softmax at once, in place of its MLP's transients. Per query-key pair of a
+   row: heads·(4 + b·[b < 4]) saved, heads·8 transient. With grouped-query attention eager
+   repeats each layer's keys and values to every head (``2·q·b`` per token): the update saves
+   them, and a decode step holds one layer's. Shared prefixes pair each prompt with itself and
+   each response with its whole row.
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ class ModelShape:
     kv_width: int  # key/value heads x head_dim
     intermediate_size: int
     qk_norm: bool = False  # RMSNorm on each head's q and k (Qwen3)
+    heads: int = 1  # attention heads (eager attention's weights are per head, choice 8)
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> ModelShape:
@@ -77,7 +86,8 @@ class ModelShape:
             num_layers=c.num_hidden_layers, hidden_size=c.hidden_size,
             q_width=heads * head_dim, kv_width=kv * head_dim,
             intermediate_size=c.intermediate_size,
-            qk_norm=any(n.endswith(".q_norm") for n, _ in model.named_modules()))
+            qk_norm=any(n.endswith(".q_norm") for n, _ in model.named_modules()),
+            heads=heads)
 
 
 def model_shape(policy) -> ModelShape:
@@ -209,7 +219,15 @@ def plan_memory(policy, *, prompts: int, generations: int, reference: bool,
     # the logits, their float32 cast (a copy when b < 4) and scaled copy (τ != 1), and the
     # [n, T, V] float32 workspace logsumexp allocates inside its kernel, exp(z - max)
     copies = int(b < 4) + int(gen.temperature != 1.0)
+    eager = getattr(policy, "attn_implementation", None) == "eager"  # choice 8
+    gqa = eager and shape.kv_width < shape.q_width
+    if gqa:  # a decode step's keys and values repeated to every head, one layer at a time
+        t["decode"] += 2 * B * T * shape.q_width * b
     t["logprob_forward"] = n * T * forward_transient_bytes(shape, b) if passes else 0
+    if eager and passes:  # one layer's [n, heads, T, T] scores and softmax, float32, in
+        # place of the MLP's transients (they are not alive at once)
+        t["logprob_forward"] = max(t["logprob_forward"], n * T * (
+            (6 * b + 8) * shape.hidden_size + T * shape.heads * 8))
     t["logprob_logits"] = n * T * V * (b + 4 * copies) if passes else 0
     t["logsumexp_workspace"] = n * T * V * 4 if passes else 0
     m = min(policy.train_micro_batch_size, B)
@@ -226,11 +244,17 @@ def plan_memory(policy, *, prompts: int, generations: int, reference: bool,
     # backward logsumexp's, gather's and their summed gradient
     saved_z = int(b < 4 or gen.temperature != 1.0)
     t["update_logits"] = rows_forwarded * V * (b + 4 * (3 + saved_z))
+    pairs = m * T * T  # query-key pairs of the update's rows (choice 8)
     if rows_forwarded < m * T:
+        pairs = min(P, m) * prompt_length ** 2 + m * R * T
         # every row's copy of its prompt's keys and values (the cache the responses attend
         # to), and the responses' logits joined to the prompts' last ones
         t["activations"] += m * prompt_length * kv_per_token
         t["update_logits"] += m * R * V * b
+    if eager:  # the softmax autograd saves per layer, float32 (and its copy in b when b < 4)
+        t["activations"] += pairs * shape.num_layers * shape.heads * (4 + (b if b < 4 else 0))
+        if gqa:  # the matmuls save the keys and values repeated to every head
+            t["activations"] += m * T * shape.num_layers * 2 * b * shape.q_width
     # AdamW's foreach step: a temporary the size of the second moment (sqrt), after backward
     t["optimizer_step"] = shape.trainable * b
     stages = {

@@ -35,6 +35,12 @@ Implementation choices (docs/algorithms.md#masked-helpers-and-reductions):
    tokens of a GRPO micro-batch. Checked against the full pass once per model; off under a
    launcher and for models with dropout; under ``policy.compile`` the update keeps its
    compiled full pass.
+10) ``policy.attn_implementation`` picks the attention kernel of every forward the policy's
+   model runs (the update, log-probs, the HF sampler, the warm start): transformers' ``eager``
+   (matmul + softmax) or ``sdpa``; unset, the model keeps its own. They agree to float
+   rounding except on a left-padded row's pad positions, whose queries attend to nothing and
+   whose outputs no log-prob reads. At the embedded recipe's rows (12 tokens) eager takes
+   about a sixth off the update on a CPU (docs/guide.md#attention-kernel).
 """
 
 from __future__ import annotations
@@ -164,6 +170,11 @@ class PolicyConfig(Config):
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     compile: CompileConfig = Field(default_factory=CompileConfig)
+    attn_implementation: Literal["eager", "sdpa"] | None = Field(
+        None, description="The attention kernel of the policy's forward passes (transformers' "
+        "attn_implementation): None keeps the model's own (SDPA where torch has it); eager "
+        "(matmul + softmax) is faster on a CPU at short rows (configs/tiny.yaml). Equal to "
+        "float rounding on every token a log-prob is read for.")
     share_prompt_prefix: bool = Field(
         True, description="Forward each distinct prompt once in the update (and in the "
         "policy's and reference's log-prob passes), its rows reading its KV cache: equal to "

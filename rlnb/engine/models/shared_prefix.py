@@ -90,13 +90,32 @@ def shared_prefix_logprobs(
     cache = output_cache(head)
     if cache is None or not hasattr(cache, "batch_select_indices"):
         return None
-    cache.batch_select_indices(inverse)  # [P, ...] -> [B, ...], differentiable
+    spread(cache, inverse)  # [P, ...] -> [B, ...], differentiable
     tail = model(input_ids=input_ids[:, c:], attention_mask=attention_mask,
                  position_ids=position_ids[:, c:], use_cache=False, **{name: cache}).logits
     inside = token_logprobs(head.logits[:, :-1], input_ids[first, 1:c], temperature)  # [P, c-1]
-    joined = torch.cat([head.logits[inverse, -1:], tail[:, :-1]], dim=1)  # [B, S-c, V]
+    joined = torch.cat([head.logits[:, -1:].index_select(0, inverse), tail[:, :-1]],
+                       dim=1)  # [B, S-c, V]
     rest = token_logprobs(joined, input_ids[:, c:], temperature)  # [B, S-c]: tokens c..S-1
-    return torch.nn.functional.pad(torch.cat([inside[inverse], rest], dim=1), (1, 0))
+    return torch.nn.functional.pad(torch.cat([inside.index_select(0, inverse), rest], dim=1),
+                                   (1, 0))
+
+
+def spread(cache, inverse: torch.Tensor) -> None:
+    """Row ``b`` of the cache becomes the prefix's row ``inverse[b]``, ``[P, ...] -> [B, ...]``.
+    The layers' key and value tensors are taken with ``index_select``, whose backward sums into
+    the prefix rows with one ``index_add`` (a plain index's backward, an accumulating
+    ``index_put``, takes three times as long on a CPU); a cache of another layout uses its own
+    ``batch_select_indices``."""
+    layers = getattr(cache, "layers", None)
+    if not layers or not all(isinstance(getattr(layer, "keys", None), torch.Tensor) and
+                             isinstance(getattr(layer, "values", None), torch.Tensor)
+                             for layer in layers):
+        cache.batch_select_indices(inverse)
+        return
+    for layer in layers:
+        layer.keys = layer.keys.index_select(0, inverse)
+        layer.values = layer.values.index_select(0, inverse)
 
 
 class SharedPrefix:
@@ -118,8 +137,9 @@ class SharedPrefix:
     @torch.no_grad()
     def check(self, model, plain, shared, attention_mask: torch.Tensor) -> bool:
         """Run ``plain()`` and ``shared()`` (both ``[B, S]`` log-probs) with the model in eval
-        mode; keep the shared pass only if they agree to float rounding on the attended
-        positions of ``attention_mask [B, S]``."""
+        mode; keep the shared pass only if they agree to float rounding on the tokens of
+        ``attention_mask [B, S]`` read at an attended position (a token and the one before it
+        attended)."""
         was_training = model.training
         model.eval()
         try:
@@ -131,6 +151,11 @@ class SharedPrefix:
         self.checked = True
         dtype = next(model.parameters()).dtype
         attended = attention_mask.bool().to(a.device)
+        # a token's log-prob is read at the position before it: where that one is padding (a
+        # left-padded row's first token) the query attends to nothing, and what the model
+        # makes of it (SDPA and eager attention differ) is no log-prob anything uses
+        attended[:, 1:] &= attended[:, :-1].clone()
+        attended[:, 0] = False
         diff = float((a - b)[attended].abs().max()) if attended.any() else 0.0
         if not diff <= self.TOLERANCE.get(dtype, 5e-2):
             self.enabled = False

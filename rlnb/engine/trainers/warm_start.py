@@ -80,6 +80,8 @@ def warm_start_key(trainer, cfg: SFTConfig) -> str:
     for key, off in (("fill_context", False), ("stop_token_ids", None)):
         if policy["generation"].get(key) == off:  # off, as before the option: caches stay valid
             del policy["generation"][key]
+    if policy.get("attn_implementation") is None:  # the model's own kernel: keys as before
+        policy.pop("attn_implementation", None)
     if not policy["tiny"].get("chat_template", True):  # the same: the tiny template while off
         del policy["tiny"]["chat_template"]
     if config.policy.model_name != "random":  # read only then: caches from before it stay valid
