@@ -10,7 +10,10 @@ seeds that gained less than ``--aim`` points, with the machine's CPU class (torc
 
 Exact values depend on the CPU's kernels (an AVX-512 machine, or ``--capability default``,
 ATen's unvectorised kernels, gives other numbers from the same seed): read a seed's figure as
-one draw, and the range as what to expect.
+one draw, and the range as what to expect. ``--capability avx2`` on a wider machine gives an
+AVX2 machine's numbers: it sets ``ATEN_CPU_CAPABILITY`` and keeps MKL and oneDNN within AVX2
+(``MKL_ENABLE_INSTRUCTIONS``, ``ONEDNN_MAX_CPU_ISA``), which reproduced an AVX2 machine's warm
+start bit for bit (``tests/support/record_warm_start.py``); its times are the wider machine's.
 
     python benchmarks/bench_quickstart.py --seeds 0 1 2 3 4
     python benchmarks/bench_quickstart.py --seeds 0 1 2 3 4 --capability default --jobs 2
@@ -52,6 +55,8 @@ def run_seed(seed: int, capability: str | None, threads: int | None) -> dict:
         env = {**os.environ, "RLNB_CACHE_DIR": str(Path(tmp) / "cache"), "HF_HUB_OFFLINE": "1"}
         if capability:
             env["ATEN_CPU_CAPABILITY"] = capability
+            if capability.lower() in ("avx2", "default"):  # the BLAS and oneDNN within AVX2 too
+                env.update(MKL_ENABLE_INSTRUCTIONS="AVX2", ONEDNN_MAX_CPU_ISA="AVX2")
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
         start = time.perf_counter()

@@ -160,7 +160,8 @@ def worker_trl(spec: dict) -> dict:
 
     P, G, R = spec["P"], spec["G"], spec["R"]
     tok = AutoTokenizer.from_pretrained(spec["model_dir"])
-    model = AutoModelForCausalLM.from_pretrained(spec["model_dir"], dtype=torch.float32)
+    attn = {"attn_implementation": spec["trl_attn"]} if spec.get("trl_attn") else {}
+    model = AutoModelForCausalLM.from_pretrained(spec["model_dir"], dtype=torch.float32, **attn)
     # rlnb prepends BOS to every prompt; this tokenizer adds none itself, so write it in
     prefix = "" if tok("1")["input_ids"][:1] == [tok.bos_token_id] else tok.bos_token
     texts = [prefix + p for p in spec["prompts"]]
@@ -364,7 +365,7 @@ def bench_size(size: tuple[int, int, int], args, model_dir: str, trl_python: Pat
     rows = build_task(cfg.data).train_rows(P * args.steps, cfg.grpo.seed)  # rlnb's stream
     prompts = [r["prompt"] for r in rows]
     base = {"model_dir": model_dir, "P": P, "G": G, "R": R, "steps": args.steps,
-            "threads": args.threads, "lora": args.lora}
+            "threads": args.threads, "lora": args.lora, "trl_attn": args.trl_attn}
     print(f"\n== {P} prompts x {G} generations x {R} new tokens ({P * G} rows per step), "
           f"{args.threads} threads, {args.steps} steps per run ({WARMUP} dropped), "
           f"{args.rounds} rounds")
@@ -461,6 +462,9 @@ def main() -> None:
                         help="both sides train LoRA adapters (rank 8, alpha 32, all linear)")
     parser.add_argument("--model", choices=list(MODELS), default="tiny",
                         help="the tiny Llama (~0.3 M parameters) or its ~20 M version")
+    parser.add_argument("--trl-attn", choices=["eager", "sdpa"], default=None,
+                        help="TRL's model's attention kernel (default: the model's own, SDPA; "
+                        "rlnb runs configs/tiny.yaml's, eager)")
     parser.add_argument("--worker", choices=["rlnb", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -483,7 +487,8 @@ def main() -> None:
         else:
             print("this rlnb has no policy.generation.sampler: no sampler=generate row")
     what = "LoRA adapters (rank 8, alpha 32, all linear)" if args.lora else "every weight"
-    print(f"training {what} of the {args.model} model ({MODELS[args.model] or 'defaults'})")
+    print(f"training {what} of the {args.model} model ({MODELS[args.model] or 'defaults'}); "
+          f"attention: rlnb configs/tiny.yaml's, TRL {args.trl_attn or 'the model default (SDPA)'}")
     print(f"GRPO step, rlnb vs TRL, on CPU, {args.threads} threads per worker ({machine_line()}); "
           f"rlnb: {sys.executable}; TRL: {trl_python}")
     if busy():

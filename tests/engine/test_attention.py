@@ -78,3 +78,17 @@ def test_the_option_sets_the_kernel_and_unset_keeps_the_models_own():
     assert model.config._attn_implementation == "sdpa"  # transformers' own pick with torch
     with pytest.raises(ValueError, match="attn_implementation"):
         rlnb.load_config(None, ["policy.attn_implementation=flash_attention_2"])
+
+
+def test_a_model_without_the_kernel_is_refused_in_one_line_naming_the_option():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    class NoSdpa(LlamaForCausalLM):  # a model class that declares no SDPA support
+        _supports_sdpa = False
+
+    model = NoSdpa(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+                               num_hidden_layers=1, num_attention_heads=2,
+                               attn_implementation="eager"))
+    with pytest.raises(ValueError, match=r"^policy\.attn_implementation=sdpa: NoSdpa cannot run"):
+        set_attention(model, "sdpa")
+    assert set_attention(model, None) is model and model.config._attn_implementation == "eager"

@@ -3,7 +3,8 @@ the embedded character-level Llama (``tiny.py``) from ``policy.tiny``; ``"random
 ``policy.random_init``'s shape with random weights (``random_init.py``); anything else is a Hugging
 Face causal LM by hub id or local path. A local path loads offline; a missing path or an
 unreachable hub id fails with the config key in the message. The tokenizer pads on the left
-(its EOS as the pad token when it has none), as generation needs.
+(its EOS as the pad token when it has none), as generation needs. ``policy.attn_implementation``,
+when set, switches the model's attention kernel (``set_attention``).
 
 ``Policy`` (``policy.py``) calls this once, when it is built; nothing here runs during a step.
 """
@@ -24,10 +25,14 @@ def set_attention(model, name: str | None):
     ``None`` leaves it as loaded. Older transformers read the config's field at each forward."""
     if name is None:
         return model
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation(name)
-    else:
+    if not hasattr(model, "set_attn_implementation"):
         model.config._attn_implementation = name
+        return model
+    try:
+        model.set_attn_implementation(name)
+    except (ValueError, ImportError) as err:  # a model without that kernel: one line, the key
+        raise ValueError(f"policy.attn_implementation={name}: {type(model).__name__} cannot run "
+                         f"it ({str(err).splitlines()[0]})") from None
     return model
 
 
