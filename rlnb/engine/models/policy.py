@@ -40,7 +40,7 @@ Implementation choices (docs/algorithms.md#masked-helpers-and-reductions):
    (matmul + softmax) or ``sdpa``; unset, the model keeps its own. They agree to float
    rounding except on a left-padded row's pad positions, whose queries attend to nothing and
    whose outputs no log-prob reads. At the embedded recipe's rows (12 tokens) eager takes
-   about a sixth off the update on a CPU (docs/guide.md#attention-kernel).
+   about 14 % off the update on a CPU (docs/guide.md#attention-kernel).
 """
 
 from __future__ import annotations
