@@ -14,8 +14,11 @@ def add_to(sub) -> None:
                        description="Read a run directory's config and first steps into plain "
                                    "findings (no signal, truncation, too hard or too easy, "
                                    "constant rewards, ratio 1, entropy collapse, KL running "
-                                   "away), each with its fix. Exit 0 whatever it finds.")
-    p.add_argument("run_dir", help="the run directory (config.yaml, metrics.jsonl)")
+                                   "away), each with its fix. Exit 0 whatever it finds. A "
+                                   "folder of NeMo-RL's, verl's or TRL's rollout files is read "
+                                   "as it is (rewards and the sample funnel).")
+    p.add_argument("run_dir", help="the run directory (config.yaml, metrics.jsonl), or a folder "
+                                   "of another framework's rollout files")
     p.add_argument("--first", type=int, default=20, metavar="N",
                    help="read the first N steps (default 20)")
     p.set_defaults(func=handle)

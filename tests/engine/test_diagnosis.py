@@ -88,6 +88,11 @@ CASES = {  # name: (overrides, steps, reward function, the one finding expected)
                          "entropy_collapse"),
     "kl_runaway": ([TWO_STEPS, USER, "policy.optimizer.lr=3e-3",
                     "loss_fn.reference_policy_kl_penalty=0.01"], 20, odd_digit_share, "kl_runaway"),
+    # the commonest failure: a learning rate that throws the policy off its start in step 1
+    # (the built-in task; its KL is far above 0 from the first step, so a rule that compares
+    # the last steps with the first saw nothing)
+    "kl_from_start": ([TWO_STEPS, "policy.optimizer.lr=1e-2",
+                       "loss_fn.reference_policy_kl_penalty=0.05"], 12, None, "kl_runaway"),
 }
 
 
@@ -102,6 +107,9 @@ def test_each_finding_shows_on_the_run_built_for_it_and_no_other(warm_state, nam
         (finding,) = card.findings
         assert finding.fix and finding.what
         assert finding.kind == ("expected" if name == "ratio_one" else "problem")
+        if name == "kl_from_start":
+            assert "first updates threw the policy far from its start" in finding.what
+            assert "lower policy.optimizer.lr" in finding.fix
         assert f"{finding.key}: " in card.text() and "fix: " in card.text()
         assert "<table>" in card._repr_html_()
     else:
@@ -113,6 +121,44 @@ def step(i, **kw):
             "funnel/no_signal": 4.0, "funnel/trained": 12.0, "train/probs_ratio_min": 0.9,
             "train/probs_ratio_max": 1.1}
     return {**base, **kw}
+
+
+def test_the_built_in_tasks_reward_is_its_correct_component_not_format(warm_state):
+    from rlnb.run.experiments.proxy import proxy_vs_truth
+
+    records, _ = records_of(warm_state, [TWO_STEPS], 6)
+    assert all(r["train/reward"] == r["train/reward/correct"] for r in records)
+    report = proxy_vs_truth(records)
+    assert report.shares == {"correct": 1.0} and report.unrewarded == ["format"]
+
+
+def test_a_kl_far_from_zero_from_the_first_step_is_the_finding_and_hides_what_followed():
+    # the KL starts at 0 (the reference is the starting policy): 3 nats a token from step 1 is
+    # the finding even though it never "grew"; the truncation and the collapse that came after
+    # step 1 are its consequences, not findings of their own
+    records = [step(i, **{"train/kl_penalty": 3.0 + 0.1 * i, "train/approx_entropy":
+                          1.5 if i == 1 else 0.01, "train/truncation_rate": 0.0 if i < 4 else 1.0})
+               for i in range(1, 11)]
+    card = diagnose(records)
+    assert card.keys == ["kl_runaway"], card.text()
+    assert "already 3.2 nats a token over the first 3 step(s) (step 1: 3.1)" in card.text()
+    assert ("after step 1, as consequences of the KL from the start (not shown apart; the same "
+            "fix): entropy_collapse, truncated") in card.notes
+    # a KL that starts near 0 and stays there is no finding, however many steps
+    calm = [step(i, **{"train/kl_penalty": 0.01}) for i in range(1, 21)]
+    assert diagnose(calm).keys == []
+    # truncation already in step 1 is not the KL's doing: it stays a finding of its own
+    cut = [{**r, "train/truncation_rate": 1.0} for r in records]
+    assert diagnose(cut).keys == ["truncated", "kl_runaway"]
+
+
+def test_entropy_collapse_is_measured_from_the_first_step():
+    # collapsed by step 2: the mean of the first three steps (0.87) was no start to fall from
+    ent = [2.0, 0.3, 0.3, 0.3, 0.3]
+    records = [step(i, **{"train/approx_entropy": e}) for i, e in enumerate(ent, 1)]
+    (finding,) = diagnose(records).findings
+    assert finding.key == "entropy_collapse"
+    assert "fell from 2 (step 1) to 0.3 nats a token" in finding.what
 
 
 def test_one_cause_one_finding_the_explaining_finding_hides_the_others():

@@ -183,3 +183,22 @@ def test_completions_written_by_trl_itself_replay_to_trls_own_advantages(step):
     assert report.expected[4] == pytest.approx(no_signal / 16)  # C(k,4)/C(4,4): measured exactly
     assert RolloutInspector(trainer, batch, got).static_html()  # the group view
     assert TokenView(trainer, batch, got).static_html()
+
+
+def test_rlnb_doctor_reads_a_trl_output_folder_as_it_is_and_diff_names_the_import(capsys):
+    """The folder TRL 1.16 wrote: the doctor reads its steps as they are (mean reward and funnel)
+    and says what it read; `rlnb diff` needs run directories and names import_rollouts."""
+    from paths import ROOT
+
+    from rlnb.cli import main
+
+    folder = ROOT / "tests" / "data" / "trl_grpo_run"
+    assert main(["doctor", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("diagnosis of steps 1-2: ")
+    assert f"read TRL's rollout files in {folder} as they are" in out
+    assert "import_rollouts(folder, run_dir)" in out
+    assert main(["diff", str(folder), str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "trl rollout files, not an rlnb run directory" in err
+    assert "import_rollouts(folder, run_dir)" in err

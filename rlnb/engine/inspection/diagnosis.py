@@ -18,10 +18,13 @@ What it looks for, in the first ``first`` steps (default 20), and the evidence e
   0 by construction;
 - ``ratio_one`` (*expected* with one optimizer step per rollout): π_θ/π_old within 1e-4 of 1 on
   every token (``train/probs_ratio_min``, ``train/probs_ratio_max``);
-- ``entropy_collapse``: ``train/approx_entropy`` fell below a quarter of its start (the means of
-  the first and of the last three steps);
-- ``kl_runaway``: the KL to the reference (``train/kl_penalty``, nats a token) doubled and passed
-  0.2 (the same means).
+- ``entropy_collapse``: ``train/approx_entropy`` fell below a quarter of its start (the first
+  step's value, measured on the policy the run started from, against the mean of the last three);
+- ``kl_runaway``: the KL to the reference (``train/kl_penalty``, nats a token) is far from where
+  it starts. The reference is the policy the run started from, so the KL starts at 0 by
+  definition: a mean of 0.2 or more over the first three steps is the finding itself (the first
+  updates threw the policy off its start: a learning rate far too high); later, it doubled and
+  passed 0.2 (the mean of the first three steps against the last three).
 
 Implementation choices:
 1) One cause, one finding: a finding that explains another hides it. Truncation hides
@@ -42,6 +45,11 @@ Implementation choices:
 4) The signal check (``rlnb.engine.inspection.signal_check``), when given, adds what it
    predicted for the run's G beside what the steps measured.
 5) Pure: the records and a config in, the card out; no trainer state is touched.
+6) A rule never needs the run's start to look healthy: where a metric's start is known by
+   definition (the KL is 0) its level from the first step is read, and where it is not (the
+   entropy) the first step, which the starting policy sampled, is the start. A KL that is far
+   from 0 from the start hides what only came after its first step (collapse, truncation, a
+   task nobody solves any more): those are its consequences, named in a note.
 """
 
 from __future__ import annotations
@@ -258,26 +266,48 @@ def _ratio_one(records, cfg) -> Finding | None:
 
 def _entropy_collapse(records) -> Finding | None:
     ent = _values(records, "train/approx_entropy")
-    if len(ent) < 6:
+    if len(ent) < 4:
         return None
-    first, last = _mean(ent[:3]), _mean(ent[-3:])
+    first, last = ent[0], _mean(ent[-3:])  # choice 6: step 1 is the starting policy's
     if first <= 0 or last > ENTROPY_FALL * first:
         return None
     return Finding(
         "entropy_collapse", "problem",
-        f"the policy's entropy fell from {first:.3g} to {last:.3g} nats a token (mean of the "
-        f"first and of the last three of {_span(records)}): it samples nearly one response, so "
-        "groups stop differing and exploration ends",
+        f"the policy's entropy fell from {first:.3g} (step {records[0]['step']}) to {last:.3g} "
+        f"nats a token (mean of the last three of {_span(records)}): it samples nearly one "
+        "response, so groups stop differing and exploration ends",
         "lower policy.optimizer.lr; raise loss_fn.ratio_clip_max (clip-higher, e.g. 0.28) so "
         "unlikely tokens can rise; a KL penalty toward the reference "
         "(loss_fn.reference_policy_kl_penalty) holds the policy near its start")
 
 
+def _kl_from_start(records) -> bool:
+    """Whether the KL is already far from its start, 0, over the first steps (choice 6)."""
+    kl = _values(records, "train/kl_penalty")
+    return bool(kl) and _mean(kl[:3]) >= KL_FLOOR
+
+
 def _kl_runaway(records) -> Finding | None:
     kl = _values(records, "train/kl_penalty")
-    if len(kl) < 6 or not any(kl):
+    if not kl or not any(kl):
         return None
-    first, last = _mean(kl[:3]), _mean(kl[-3:])
+    first = _mean(kl[:3])
+    fix = ("lower policy.optimizer.lr or raise loss_fn.reference_policy_kl_penalty; a reward the "
+           "policy can game also pulls it away (compare the proxy reward with the held-out "
+           "metric)")
+    if _kl_from_start(records):  # choice 6: the KL starts at 0, so this level is the finding
+        return Finding(
+            "kl_runaway", "problem",
+            f"the KL term toward the reference was already {first:.3g} nats a token over the "
+            f"first {min(3, len(kl))} step(s) (step 1: {kl[0]:.3g}); the reference is the policy "
+            f"the run started from, so it starts at 0 and a healthy run stays under {KL_FLOOR:g} "
+            "for its first steps: the first updates threw the policy far from its start",
+            "lower policy.optimizer.lr (by 10x or more: a first update this large is a step "
+            "size, not a reward problem); raise loss_fn.reference_policy_kl_penalty only once "
+            "the first steps stay near the start")
+    if len(kl) < 6:
+        return None
+    last = _mean(kl[-3:])
     if last < KL_FLOOR or last < KL_GROWTH * first:
         return None
     grew = f"({last / first:.0f}x)" if first > 0 else "(from 0)"
@@ -285,9 +315,18 @@ def _kl_runaway(records) -> Finding | None:
         "kl_runaway", "problem",
         f"the KL term toward the reference grew from {first:.3g} to {last:.3g} {grew} (mean of "
         f"the first and of the last three of {_span(records)}): the policy leaves the reference "
-        "faster than the penalty holds it",
-        "lower policy.optimizer.lr or raise loss_fn.reference_policy_kl_penalty; a reward the "
-        "policy can game also pulls it away (compare the proxy reward with the held-out metric)")
+        "faster than the penalty holds it", fix)
+
+
+FROM_THE_MOVE = ("entropy_collapse", "truncated", "too_hard", "rewards_constant", "no_signal")
+
+
+def _shown_in(key: str, records, cfg) -> bool:
+    """Whether finding ``key`` already shows in ``records`` (the first step, for choice 6)."""
+    rules = {"truncated": lambda r: _truncated(r, cfg), "too_hard": _too_hard,
+             "rewards_constant": _rewards_constant, "no_signal": _no_signal,
+             "entropy_collapse": lambda r: None}  # a collapse needs steps to fall over
+    return rules[key](records) is not None
 
 
 def diagnose(records: Sequence[Mapping[str, Any]], *, config: Any = None, signal: Any = None,
@@ -310,6 +349,12 @@ def diagnose(records: Sequence[Mapping[str, Any]], *, config: Any = None, signal
         "entropy_collapse": _entropy_collapse(steps),
         "kl_runaway": _kl_runaway(steps),
     }
+    consequences = []
+    if _kl_from_start(steps):
+        for key in FROM_THE_MOVE:  # choice 6: what only came after step 1
+            if found[key] is not None and not _shown_in(key, steps[:1], cfg):
+                consequences.append(key)
+                found[key] = None
     hides = {"truncated": ("too_hard", "no_signal"), "too_hard": ("rewards_constant", "no_signal"),
              "rewards_constant": ("no_signal", "too_easy"), "too_easy": ("no_signal",)}
     if found["truncated"] and found["rewards_constant"] and not any(
@@ -321,6 +366,9 @@ def diagnose(records: Sequence[Mapping[str, Any]], *, config: Any = None, signal
                 found[h] = None
     out = Diagnosis((steps[0]["step"], steps[-1]["step"]),
                     [f for f in found.values() if f is not None])
+    if consequences:
+        out.notes.append("after step 1, as consequences of the KL from the start (not shown "
+                         "apart; the same fix): " + ", ".join(consequences))
     if signal is not None:  # choice 4
         G = signal.group_size
         out.notes.append(f"signal check at step {signal.step}: it expected "

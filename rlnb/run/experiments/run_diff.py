@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from rlnb.run.store.foreign_rollouts import foreign_format
 from rlnb.run.store.rundir import read_metrics_file
 
 ABSENT = "<absent>"
@@ -51,6 +52,11 @@ def read_run(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                          "config.yaml and metrics.jsonl)")
     config_file, metrics_file = path / "config.yaml", path / "metrics.jsonl"
     if not config_file.is_file():
+        fmt = foreign_format(path)
+        if fmt is not None:
+            raise ValueError(f"{path}: {fmt} rollout files, not an rlnb run directory; "
+                             "rlnb.run.store.foreign_rollouts.import_rollouts(folder, run_dir) "
+                             "writes them as one (docs/guide.md#other-frameworks-rollouts)")
         raise ValueError(f"{path}: no config.yaml (not an rlnb run directory)")
     try:
         config = yaml.safe_load(config_file.read_text())

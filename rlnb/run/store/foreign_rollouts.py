@@ -86,6 +86,15 @@ def _files(folder: Path) -> tuple[str, dict[int, Path]]:
                      "completions/completions_<step>.parquet)")
 
 
+def foreign_format(folder: str | Path) -> str | None:
+    """The format of the rollout files in ``folder`` (one of ``FORMATS``), None if it holds
+    none of them (or is no folder)."""
+    try:
+        return _files(Path(folder))[0]
+    except ValueError:
+        return None
+
+
 def _json_lines(path: Path) -> list[dict]:
     rows = []
     for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
@@ -290,6 +299,17 @@ class ForeignRollouts:
         return report_from_samples([prompts[g] for g in groups], [by_group[g] for g in groups],
                                    G, step)
 
+    def records(self) -> list[dict[str, float]]:
+        """Each step's metric record as a run would log it: ``step``, ``train/reward`` (the
+        mean reward) and the sample funnel; what ``import_rollouts`` writes and ``rlnb doctor``
+        reads."""
+        out = []
+        for step in self.steps():
+            rewards = self.rows(step)["reward"]
+            out.append({"step": step, "train/reward": sum(rewards) / len(rewards),
+                        **self.funnel(step)})
+        return out
+
     def funnel(self, step: int) -> dict[str, float]:
         """Step ``step``'s sample funnel (``rlnb.engine.trainers.funnel``) from the file alone:
         generated, no signal, filtered and trained rows (truncation is not in the files)."""
@@ -338,8 +358,8 @@ def import_rollouts(folder: str | Path, run_dir: str | Path, fmt: str | None = N
     if run_dir.exists():
         raise ValueError(f"{run_dir}: exists; import into a new folder (nothing was written)")
     tables = {}
-    for step in source.steps():  # read everything first: a bad file writes nothing
-        cols = source.rows(step)
+    for step, metrics in zip(source.steps(), source.records()):  # all read first: a bad file
+        cols = source.rows(step)                                  # writes nothing
         table = {"prompt": cols["prompt"], "response": cols["response"],
                  "reward": cols["reward"], "group": cols["group"],
                  "kept": cols.get("kept", [True] * len(cols["reward"]))}
@@ -353,8 +373,6 @@ def import_rollouts(folder: str | Path, run_dir: str | Path, fmt: str | None = N
                                                                      cols[key])]
         for name, values in cols.get("components", {}).items():
             table[f"reward/{name}"] = values
-        metrics = {"step": step, "train/reward": sum(cols["reward"]) / len(cols["reward"]),
-                   **source.funnel(step)}
         tables[step] = (table, metrics)
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(
