@@ -2,7 +2,10 @@
 
 - ``reader``: a NeMo-RL YAML file read as NeMo-RL does (``defaults:``, ``${...}`` interpolations);
 - ``translate``: the translation: every key used, ignored (listed) or refused (named);
-- ``sections``: the translation section by section, with NeMo-RL's loop defaults;
+- ``loop_sections``: the translation of the loop sections (and ``dpo``, ``logger``), with
+  NeMo-RL's loop defaults;
+- ``model_sections``: of the policy's and critic's model, optimizer, schedule and generation;
+- ``data_sections``: of the data set and its verifier;
 - ``report``: its bookkeeping: each leaf key marked, the ignored ones summarised.
 """
 

@@ -40,6 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from rlnb.config import apply_overrides, flatten
+from rlnb.run.config.nemo.data_sections import data_section
+from rlnb.run.config.nemo.loop_sections import (
+    dpo_section,
+    logger_section,
+    loop_section,
+    schedule_cadence,
+    single_controller,
+)
+from rlnb.run.config.nemo.model_sections import model_section
 from rlnb.run.config.nemo.reader import (
     merge,
     read_nemo_yaml,
@@ -47,15 +56,6 @@ from rlnb.run.config.nemo.reader import (
     unset_env_keys,
 )
 from rlnb.run.config.nemo.report import Report, group_lines
-from rlnb.run.config.nemo.sections import (
-    data_section,
-    dpo_section,
-    logger_section,
-    loop_section,
-    model_section,
-    schedule_cadence,
-    single_controller,
-)
 
 OTHER_LOOPS = {"sft": "SFT", "distillation": "distillation", "rm": "reward-model"}
 NEMO_MARKERS = ("defaults", "data_plane", "reward_penalties")
@@ -216,9 +216,9 @@ def _translate_dpo(r: Report, nemo: dict) -> Translation:
 def refuse_unset_env(r: Report, config: dict) -> None:
     """A value rlnb uses that needs an unset environment variable (the reader keeps it as its
     text: OmegaConf resolves lazily, so an ignored key may hold one)."""
-    for key, text in unset_env_keys(config).items():
+    for key, (text, variable) in unset_env_keys(config, with_variable=True).items():
         r.refuse(f"(rlnb's {key})", f"{text!r} needs an environment variable that is not set "
-                 "(set it, or override the NeMo-RL key that gives it)")
+                 f"({variable}: set it, or override the NeMo-RL key that gives it)")
 
 
 def config_check(result: Translation, check) -> str:
