@@ -18,9 +18,28 @@ Layers, each importing only the ones before it: ``rlnb.algorithms`` (pure tensor
 ``rlnb.engine`` (models, environments, trainers) <- ``rlnb.run`` (configs, run directories,
 checkpoints, notebooks) <- ``rlnb.widgets``, ``rlnb.nemo`` and the CLI. Nothing in ``rlnb``
 imports Jupyter packages; the UI layer is ``rlnb.widgets``.
+
+The packages and modules:
+
+- ``algorithms``: the algorithm layer: estimators, losses, KL, filters (pure tensor math);
+- ``engine``: models, environments, the loops and the inspection room;
+- ``run``: run plumbing: configs, run directories, training runs, notebooks, pools, experiments;
+- ``nemo``: NeMo-RL's module layout and names over rlnb's implementation;
+- ``teach``: the exercises' checks, live runs, builder and grader;
+- ``cli``: the ``rlnb`` command line, one module per command;
+- ``demo``: ``rlnb demo``, a terminal tour of the algorithm layer;
+- ``config``: the typed config base class and its error messages;
+- ``registry``: the one rule of every registry of named parts;
+- ``threads``: how torch's threads wait, set before torch loads (a shared machine's share);
+- ``user_files``: a user's files read strictly (what a path must be, YAML without repeated keys).
 """
 
 __version__ = "0.1.0"
+
+# before anything imports torch: how its OpenMP threads wait (rlnb/threads.py, choice 1)
+from rlnb.threads import set_wait_policy as _set_wait_policy  # noqa: E402
+
+_set_wait_policy()
 
 # Everything is imported on first use: the algorithm layer (torch, about 2 s), the engine and run
 # plumbing (transformers as well). So `import rlnb` costs nothing, and the processes that never
@@ -29,7 +48,7 @@ __version__ = "0.1.0"
 # `from rlnb import GRPOTrainer` load what they name.
 _LAZY = {
     "GRPOTrainer": "rlnb.engine.trainers.grpo",
-    "GRPOConfig": "rlnb.engine.trainers.grpo",
+    "GRPOConfig": "rlnb.engine.trainers.grpo_config",
     "PPOTrainer": "rlnb.engine.trainers.ppo",
     "PPOConfig": "rlnb.engine.trainers.ppo",
     "AsyncGRPOTrainer": "rlnb.engine.trainers.async_grpo",

@@ -8,8 +8,9 @@ next to the code it configures. They share this base so that:
    message names the key's dotted path and the closest valid name;
 2) bad values fail at load time with the same dotted path;
 3) a section can be given as a model, a plain dict (NeMo-RL style) or ``None`` (defaults);
-4) dotted overrides (``loss_fn.ratio_clip_max=0.28``, the value read as YAML) are applied to the
-   plain data before validation, so they are checked like a file. They live here, below every
+4) dotted overrides (``loss_fn.ratio_clip_max=0.28``, the value read as YAML, strictly: a key
+   given twice is refused, ``rlnb.user_files``) are applied to the plain data before
+   validation, so they are checked like a file. They live here, below every
    layer, because both the run layer (config files) and the engine (``reconfigure`` between
    steps) apply them;
 5) a rule across fields (``@cross_field_rule``) is checked where a config is built and again
@@ -27,8 +28,9 @@ from contextvars import ContextVar
 from difflib import get_close_matches
 from typing import Any, TypeVar, get_args
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from rlnb.user_files import load_yaml
 
 C = TypeVar("C", bound="Config")
 
@@ -155,11 +157,10 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     key, _, raw = item.partition("=")
     if not key or any(not part.strip() for part in key.split(".")):
         raise ValueError(f"override {item!r}: empty key part")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as err:
-        first = str(err).splitlines()[0]
-        raise ValueError(f"override {item!r}: the value is not valid YAML ({first})") from None
+    try:  # strictly: a mapping's key given twice is refused too (rlnb.user_files)
+        value = load_yaml(raw, "the value") if raw.strip() else None
+    except ValueError as err:
+        raise ValueError(f"override {item!r}: {err}") from None
     return key.strip().split("."), value
 
 

@@ -6,6 +6,11 @@ Builds the trainer from the embedded default config (without the warm start, whi
 of a step), traces one ``trainer.step()`` and lists every rlnb source file a Python function was
 entered in, with its code lines: non-blank, non-comment and not in a docstring. The total is
 what a reader has to follow to understand a step from the notebook cell down to the tensors.
+
+Two steps are traced: a *steady* step (the third of a bare trainer: the algorithm alone, the
+first steps' one-time checks done) and the *measured* step (the second of a trainer with the
+probes a run attaches, ``rlnb.run.training.probes``: the funnel and the memory peaks beside
+their plan). ``tests/package/test_budgets.py`` holds both figures.
 """
 
 from __future__ import annotations
@@ -39,12 +44,18 @@ def code_lines(path: Path) -> int:
     return len(lines - docstring_lines)
 
 
-def step_files() -> list[Path]:
-    """rlnb source files a default ``GRPOTrainer.step()`` enters a function in."""
+def step_files(measured: bool = False) -> list[Path]:
+    """rlnb source files a default ``GRPOTrainer.step()`` enters a function in: the third step
+    of a bare trainer, or (``measured``) the second with a run's probes attached."""
     import rlnb
+    from rlnb.run.training.probes import attach_probes
 
     trainer = rlnb.GRPOTrainer(rlnb.load_config(None, ["sft.enabled=false"]))
-    trainer.step()  # once untraced: first-call imports are not the step
+    if measured:
+        attach_probes(trainer)
+    trainer.step()  # once untraced: first-call imports and one-time checks are not the step
+    if not measured:
+        trainer.step()
     seen: set[str] = set()
 
     def profile(frame, event, arg):
@@ -61,15 +72,21 @@ def step_files() -> list[Path]:
     return sorted(f for f in files if any(r in f.parents for r in roots))
 
 
+def path_lines(measured: bool = False) -> tuple[int, list[tuple[int, Path]]]:
+    """``(total code lines, [(lines, file)])`` of the step ``step_files`` traces."""
+    rows = [(code_lines(f), f) for f in step_files(measured)]
+    return sum(n for n, _ in rows), rows
+
+
 def main() -> int:
-    files = step_files()
-    total = 0
-    print(f"{'lines':>6}  file (one default GRPO step, tiny config, no warm start)")
-    for f in files:
-        n = code_lines(f)
-        total += n
-        print(f"{n:6d}  {f.relative_to(ROOT)}")
-    print(f"{total:6d}  total in {len(files)} files (target: at most 2,200)")
+    for measured, what, budget in ((False, "a steady default GRPO step", "at most 2,200"),
+                                   (True, "the measured step: a run's probes attached",
+                                    "held by tests/package/test_budgets.py")):
+        total, rows = path_lines(measured)
+        print(f"{'lines':>6}  file ({what}; tiny config, no warm start)")
+        for n, f in rows:
+            print(f"{n:6d}  {f.relative_to(ROOT)}")
+        print(f"{total:6d}  total in {len(rows)} files ({budget})\n")
     return 0
 
 

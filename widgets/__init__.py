@@ -20,6 +20,10 @@
 - ``show(fig)``: a plotly figure that also renders in saved notebooks and HTML exports.
 - ``sweep_figures(root)``: the curves of an ``rlnb sweep`` (a line per run, the mean over seeds).
 
+Its modules: ``dashboard`` (with ``panels``: what it draws, ``cards``: the metric cards),
+``stepper``, ``inspector``, ``comparison``, ``config_panel``, ``reward_workbench``,
+``template_inspector``, ``findings`` (an ablation's bands), ``sweep_report`` and ``static``.
+
 Every widget displays with a static HTML twin, so executed notebooks still show results without
 a live kernel (see ``static.py``). Installed as ``rlnb.widgets`` (the build maps this folder
 there), so ``import rlnb`` never imports it and never needs Jupyter packages.

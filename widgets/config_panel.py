@@ -2,7 +2,9 @@
 
     ConfigPanel(trainer).display()     # edit, then Apply; the next step uses the new values
 
-Apply goes through ``GRPOTrainer.reconfigure``, which validates the values like a config file
+The controls are the ones the trainer's loop declares (``Trainer.config_fields``,
+``rlnb.engine.trainers.views``), or the ``fields`` given. Apply goes through
+``trainer.reconfigure``, which validates the values like a config file
 and refuses keys that cannot change mid-run (shapes, the model, the data). The panel shows what
 changed and from which step, or the error, and keeps the trainer's previous values on an error.
 While a dashboard trains in the background, a valid change is checked at once and applied by the
@@ -14,22 +16,16 @@ from __future__ import annotations
 
 import html
 
-from rlnb.engine.inspection.counterfactual import trainable_estimators
+from rlnb.engine.trainers.views import ConfigField
 from rlnb.widgets.static import LiveAndStatic, table_html
 
-# dotted key -> (label, widget kind, options: a tuple, or a function returning one when the
-# panel is built, so a registered estimator is listed)
-FIELDS = {
-    "policy.optimizer.lr": ("learning rate", "float", None),
-    "loss_fn.ratio_clip_min": ("clip ε low", "float", None),
-    "loss_fn.ratio_clip_max": ("clip ε high", "float", None),
-    "loss_fn.reference_policy_kl_penalty": ("KL β", "float", None),
-    "loss_fn.reference_policy_kl_type": ("KL estimator", "choice", ("k1", "k2", "k3")),
-    "policy.generation.temperature": ("temperature", "float", None),
-    "grpo.adv_estimator.name": ("estimator", "choice", trainable_estimators),
-    "grpo.normalize_rewards": ("÷ group std", "bool", None),
-    "grpo.use_leave_one_out_baseline": ("leave-one-out", "bool", None),
-}
+
+def as_fields(fields) -> tuple[ConfigField, ...]:
+    """Controls as ``ConfigField`` s: a loop's declaration, or a dict ``{dotted key: (label,
+    kind, options)}`` for a panel of one's own choosing."""
+    if isinstance(fields, dict):
+        return tuple(ConfigField(k, *spec) for k, spec in fields.items())
+    return tuple(fields)
 
 
 def get_dotted(config, key: str):
@@ -44,14 +40,15 @@ def get_dotted(config, key: str):
 
 
 class ConfigPanel(LiveAndStatic):
-    def __init__(self, trainer, fields: dict = FIELDS, *, dashboard=None):
+    def __init__(self, trainer, fields=None, *, dashboard=None):
         import ipywidgets as w
 
         self.trainer = trainer
         self.dashboard = dashboard  # None: whichever Dashboard trains this trainer
         self._queued = None  # the change waiting for the end of the step in progress
         self.controls = {}
-        for key, (label, kind, options) in fields.items():
+        for field in as_fields(fields if fields is not None else trainer.config_fields):
+            key, label, kind, options = field.key, field.label, field.kind, field.options
             value = get_dotted(trainer.config, key)
             style = {"description_width": "110px"}
             if kind == "float":

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from rlnb.run.training.probes import attach_probes
 from rlnb.widgets.cards import metric_card
 from rlnb.widgets.panels import (
     SMOOTHING,
@@ -65,10 +66,13 @@ from rlnb.widgets.static import LiveAndStatic, figure_html, table_html
 
 def training_loop(source):
     """``(trainer, steps, log)`` of a ``TrainingRun`` (its steps are logged to the run directory)
-    or of a bare trainer (steps are only plotted); ``steps(n)`` yields ``StepMetrics`` and
-    ``log(metrics)`` records a step taken stage by stage."""
+    or of a bare trainer (steps are only plotted, with the probes a run would attach:
+    ``rlnb.run.training.probes``); ``steps(n)`` yields ``StepMetrics`` and ``log(metrics)``
+    records a step taken stage by stage."""
     if hasattr(source, "steps") and hasattr(source, "trainer"):  # a TrainingRun
         return source.trainer, source.steps, source.log
+    if hasattr(source, "probes"):  # what a run would measure: the funnel, the memory peaks
+        attach_probes(source)
     return source, source.train, lambda metrics: None
 
 
@@ -191,21 +195,27 @@ class Dashboard(LiveAndStatic):
 
     @classmethod
     def from_run_dir(cls, path: str | Path, **kwargs) -> Dashboard:
-        """Replay a saved run's ``metrics.jsonl`` (no trainer needed)."""
+        """Replay a saved run's ``metrics.jsonl`` (no trainer needed), with the panels of the
+        loop the run recorded (``parts.json``; else its config's ``algorithm``)."""
         from rlnb.run.store.rundir import RunDir, read_metrics_file
 
         records = read_metrics_file(Path(path) / RunDir.METRICS)
         config = Path(path) / RunDir.CONFIG
-        if "panels" not in kwargs and config.is_file():  # a run of reward functions: theirs
+        saved = {}
+        if config.is_file():
             import yaml
 
             saved = yaml.safe_load(config.read_text()) or {}
+        if "panels" not in kwargs:
+            loop = recorded_loop(Path(path), saved)
             entries = saved.get("reward_funcs") or []
             names = [e["name"] or e["func"].rsplit(":", 1)[1] if isinstance(e, dict)
                      else e.rsplit(":", 1)[1] for e in entries]
-            if names:
+            panels = panels_for(None, records, loop=loop)
+            if names:  # a run of reward functions: a panel of theirs
                 correct = (saved.get("data") or {}).get("correct_reward") is not None
-                kwargs["panels"] = task_panels(panels_for(None, records), names, correct)
+                panels = task_panels(panels, names, correct)
+            kwargs["panels"] = panels
         return cls(history=records, **kwargs)
 
     # ------------------------------------------------------------------ training
@@ -369,3 +379,16 @@ class Dashboard(LiveAndStatic):
         note = f" — {self.note}" if self.note else ""
         return (f"<div><b>rlnb dashboard</b> — {n} steps (static snapshot){note}</div>"
                 + figure_html(self.static_figure()) + table_html(self.last_values()))
+
+
+def recorded_loop(run_dir: Path, saved: dict) -> str | None:
+    """The loop a run recorded: the trainer class in its ``parts.json`` (``"module.Class"``),
+    else its config's ``algorithm``; None if neither says (the panels then follow the keys)."""
+    import json
+
+    try:
+        parts = json.loads((run_dir / "parts.json").read_text())
+    except (OSError, ValueError):
+        parts = {}
+    trainer = next((v for k, v in parts.items() if k.startswith("algorithm=")), None)
+    return trainer or saved.get("algorithm")

@@ -22,10 +22,15 @@ Implementation choices:
    ``rlnb/engine/trainers/views.py``); how a metric is drawn (the reward's band and held-out
    markers, a fixed axis, undefined points) is this module's, by metric key (``DRAWING``), so
    a new loop's ``train/reward`` gets the reward's band without saying so.
+5) No loop is named here. A saved run's panels are its loop's: the trainer class the run
+   recorded (``parts.json``), else the loop its config names, looked up in the registry
+   (``rlnb.engine.trainers.loops.LOOPS``, plug-ins included). A history with neither gets the
+   registered loop whose panels' keys it holds most of (the default loop's on a tie).
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -34,10 +39,7 @@ from typing import Any
 import numpy as np
 
 from rlnb.algorithms.value_loss import returns_vary
-from rlnb.engine.trainers.async_grpo import AsyncGRPOTrainer
-from rlnb.engine.trainers.dpo import DPOTrainer
-from rlnb.engine.trainers.grpo import GRPOTrainer
-from rlnb.engine.trainers.ppo import PPOTrainer
+from rlnb.engine.trainers.loops import LOOPS
 
 
 @dataclass(frozen=True)
@@ -88,11 +90,44 @@ def panels_of(declared) -> tuple[Panel, ...]:
     return tuple(panels)
 
 
-# the built-in loops' panels, for a history without its trainer (panels_for)
-DEFAULT_PANELS = panels_of(GRPOTrainer.panels)
-PPO_PANELS = panels_of(PPOTrainer.panels)
-ASYNC_PANELS = panels_of(AsyncGRPOTrainer.panels)
-DPO_PANELS = panels_of(DPOTrainer.panels)
+def loop_trainers() -> list[type]:
+    """Every registered loop's trainer classes, the default loop's first (choice 5)."""
+    out = []
+    for spec in LOOPS.values():
+        out += [t for t in (spec.trainer, spec.async_trainer) if t is not None and t not in out]
+    return out
+
+
+# the default loop's panels (the first registered: algorithm's default)
+DEFAULT_PANELS = panels_of(loop_trainers()[0].panels)
+
+
+def loop_class(loop) -> type | None:
+    """A loop's trainer class from a class, a ``"module.Class"`` path (a run's ``parts.json``)
+    or a registered loop name; None if it cannot be found."""
+    if isinstance(loop, type):
+        return loop
+    if not isinstance(loop, str):
+        return None
+    if loop in LOOPS:
+        return LOOPS[loop].trainer
+    module, _, name = loop.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name) if module else None
+    except (ImportError, AttributeError):  # a plug-in no longer importable
+        return None
+
+
+def matching_loop(keys: set[str]) -> type:
+    """The registered loop whose declared panels' keys ``keys`` holds most of (choice 5)."""
+    def held(trainer) -> tuple[float, int]:
+        wanted = {k for _, ks in trainer.panels for k in ks}
+        found = len(wanted & keys)
+        return (found / len(wanted) if wanted else 0.0, found)
+
+    trainers = loop_trainers()
+    return max(trainers, key=lambda t: (held(t), -trainers.index(t)))
+
 
 TIMING_NAMES = {
     "timing/train/generation": "generation",
@@ -108,26 +143,22 @@ TIMING_NAMES = {
 SMOOTHING = (("off", 1), ("10 steps", 10), ("50 steps", 50), ("200 steps", 200))
 
 
-def panels_for(trainer=None, history: Iterable[dict[str, Any]] = ()) -> tuple[Panel, ...]:
-    """The panels a trainer's loop declares (``trainer.panels``); without a trainer (or one that
-    declares none), DPO's, PPO's or async GRPO's when the history holds their metrics, else
-    GRPO's. A task of reward functions adds a panel of its components; one with no notion of
-    correct (a history without accuracy but with the held-out reward) marks the held-out
-    reward, not accuracy."""
+def panels_for(trainer=None, history: Iterable[dict[str, Any]] = (), loop=None
+               ) -> tuple[Panel, ...]:
+    """The panels a trainer's loop declares (``trainer.panels``); without a trainer, those of
+    ``loop`` (a trainer class, ``"module.Class"`` or a loop name: a saved run's), else of the
+    registered loop whose panels the history's keys match best (choice 5). A task of reward
+    functions adds a panel of its components; one with no notion of correct (a history without
+    accuracy but with the held-out reward) marks the held-out reward, not accuracy."""
     declared = getattr(trainer, "panels", ())
     if trainer is not None and declared:
         task = getattr(trainer, "task", None)
         return task_panels(panels_of(declared), [f.name for f in getattr(task, "funcs", ())],
                            getattr(task, "defines_correct", True))
     keys = {k for record in history for k in record}
-    if "train/preference_loss" in keys:
-        panels = DPO_PANELS
-    elif any(k.startswith("critic/") for k in keys):
-        panels = PPO_PANELS
-    else:
-        panels = ASYNC_PANELS if "train/buffer_size" in keys else DEFAULT_PANELS
+    cls = loop_class(loop) or matching_loop(keys)
     correct = "validation/reward" not in keys or "validation/accuracy" in keys
-    return task_panels(panels, [], correct)
+    return task_panels(panels_of(cls.panels), [], correct)
 
 
 def task_panels(panels: tuple[Panel, ...], reward_names: list[str], defines_correct: bool

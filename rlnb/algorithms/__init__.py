@@ -3,9 +3,27 @@
 Every name here is also importable from ``rlnb``. The numerical contract is NeMo-RL's: each
 module's docstring gives the formula, papers and implementation choices, and
 docs/algorithms.md explains every concept, with the NeMo-RL quirks rlnb keeps or fixes.
+
+The modules:
+
+- ``advantages``: GRPO's advantage and the estimators' call contract; ``advantage_config``: what
+  the estimators are configured by (and the KL in the reward); ``estimators``: their registry;
+- ``baselines``: per-prompt baseline and std; ``reinforce_plus_plus``, ``gdpo``, ``opd``, ``gae``:
+  the other estimators (PPO's GAE and raw reward);
+- ``policy_loss``, ``policy_loss_config``: the clipped policy-gradient loss and its options;
+  ``surrogate``: its pieces (ratio, clip, dual clip, CISPO); ``reduction``: token- or
+  sequence-level; ``token_weights``: each token's push; ``entropy_change``: its effect on entropy;
+- ``kl``: k1, k2, k3; ``kl_exact``: the exact KL per position; ``importance_sampling``: trainer
+  against inference-engine weights; ``logprobs``: logits to log-probs; ``masked``: masked means;
+- ``value_loss``: the critic's loss; ``preference``, ``preference_pairs``: DPO and its pairs;
+- ``rewards``: reward scaling and overlong shaping; ``filtering``: the loop's filters;
+  ``dynamic_sampling``: DAPO's; ``replay_buffer``: async GRPO's;
+- ``checks``: input checks; ``packing``: padding-free sequences; ``fused``: a loss and its
+  gradient in one compiled pass.
 """
 
-from rlnb.algorithms.advantages import AdvEstimatorConfig, GRPOAdvantageEstimator, grpo_advantages
+from rlnb.algorithms.advantage_config import AdvEstimatorConfig
+from rlnb.algorithms.advantages import GRPOAdvantageEstimator, grpo_advantages
 from rlnb.algorithms.baselines import (
     calculate_baseline_and_std_per_prompt,
     comparison_sums,

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from pydantic import Field
 
+from rlnb.algorithms.advantage_config import AdvEstimatorConfig, KLRewardConfig
 from rlnb.algorithms.baselines import calculate_baseline_and_std_per_prompt
 from rlnb.algorithms.checks import (
     alias,
@@ -37,10 +37,17 @@ from rlnb.algorithms.checks import (
     check_same_rows,
     check_tensor,
 )
-from rlnb.algorithms.kl import kl_in_reward
-from rlnb.config import Config, parse_config
+from rlnb.config import parse_config
 
 # --------------------------------------------------------------------------- pure functions
+
+
+def refuse_private_hook(cls: type) -> None:
+    """An estimator class that still defines the hook's old private name ``_advantages`` is
+    refused when it is defined: it would never be called."""
+    if "_advantages" in vars(cls):
+        raise TypeError(f"{cls.__name__}._advantages: the estimator hook is public now; rename "
+                        "it to advantages (same arguments)")
 
 
 def grpo_advantages(
@@ -70,50 +77,6 @@ def grpo_advantages(
     return advantages
 
 
-# --------------------------------------------------------------------------- configs
-
-
-class AdvEstimatorConfig(Config):
-    """``grpo.adv_estimator``: which estimator turns rewards into advantages."""
-
-    name: str = Field("grpo", description="grpo | gdpo | reinforce_plus_plus | opd | a "
-                      "registered estimator (rlnb.algorithms.estimators)")
-    normalize_rewards: bool = Field(
-        True, description="Divide by the group std (GRPO/GDPO); Dr. GRPO sets it False."
-    )
-    use_leave_one_out_baseline: bool = Field(
-        True, description="RLOO baseline: mean of the other responses to the same prompt."
-    )
-    reward_weights: list[float] | None = Field(
-        None, description="GDPO weight per reward component, in component order (choice 3)."
-    )
-    minus_baseline: bool = Field(True, description="Reinforce++: subtract the group mean.")
-
-
-class KLRewardConfig(Config):
-    """The part of ``loss_fn`` the estimators read (KL in the reward)."""
-
-    model_config = {**Config.model_config, "extra": "ignore"}
-    use_kl_in_reward: bool = False
-    reference_policy_kl_penalty: float = 0.01
-    reference_policy_kl_type: str = "k3"
-
-
-def kl_reward_penalty(loss_config: KLRewardConfig, logprobs, reference_logprobs,
-                      names: tuple[str, str]) -> torch.Tensor | None:
-    """``[B, S]`` β·KL(π_old ‖ π_ref) per token when ``loss_config`` puts the KL into the reward
-    (``use_kl_in_reward`` and β > 0), else None. A missing log-prob tensor raises, naming it as
-    the caller's keywords ``names`` do (NeMo-RL would silently train without the KL)."""
-    if not (loss_config.use_kl_in_reward and loss_config.reference_policy_kl_penalty > 0):
-        return None
-    if logprobs is None or reference_logprobs is None:
-        raise ValueError(f"use_kl_in_reward=True needs {names[0]} and {names[1]} [B, S] "
-                         "(NeMo-RL would silently train without the KL)")
-    return kl_in_reward(logprobs, reference_logprobs,
-                        reference_policy_kl_penalty=loss_config.reference_policy_kl_penalty,
-                        reference_policy_kl_type=loss_config.reference_policy_kl_type)
-
-
 # ------------------------------------------------------------------------ NeMo-RL-style classes
 
 
@@ -126,8 +89,8 @@ class Estimator:
     """The base of the GRPO-family estimators: NeMo-RL's call contract (module docstring,
     choice 3) and their capabilities, which the registry (``estimators.py``) reads. A new
     estimator of GRPO's loop subclasses it (or ``GRPOAdvantageEstimator``), sets the
-    capabilities that differ and implements ``_advantages``, which ``compute_advantage`` calls
-    with the inputs checked."""
+    capabilities that differ and implements ``advantages`` (the hook: CONTRIBUTING.md has a
+    ten-line example), which ``compute_advantage`` calls with the inputs checked."""
 
     loop = "grpo"  # the call contract: GRPO's loop (and async GRPO's)
     needs_groups = True  # the baseline comes from the other responses to the same prompt
@@ -136,6 +99,10 @@ class Estimator:
     trainable = True  # False: no trainer can feed it yet (OPD's teacher)
     reads_rewards = True  # False: ``rewards`` may be None (GDPO, OPD: as NeMo-RL, never read)
     not_trainable_because = ""  # with trainable = False: what a trainer would have to provide
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        refuse_private_hook(cls)
 
     @classmethod
     def uses_groups(cls, config: AdvEstimatorConfig) -> bool:
@@ -196,21 +163,25 @@ class Estimator:
                 f"{type(repeated_batch).__name__}; pass log-probs by keyword"
             )
         policy = alias("logprobs_policy", logprobs_policy, "prev_logprobs", prev_logprobs)
-        return self._advantages(
+        return self.advantages(
             prompt_ids, rewards, mask,
             repeated_batch=repeated_batch, policy=policy, reference=logprobs_reference,
             teacher=teacher_logprobs,
         )
 
-    def _advantages(self, prompt_ids, rewards, mask, *, repeated_batch, policy, reference,
-                    teacher) -> torch.Tensor:
-        raise NotImplementedError
+    def advantages(self, prompt_ids, rewards, mask, *, repeated_batch, policy, reference,
+                   teacher) -> torch.Tensor:
+        """The hook a new estimator implements: ``[B, S]`` advantages from ``prompt_ids
+        [B, L]``, ``rewards [B]`` and ``mask [B, S]`` (checked), with what the loop passed:
+        ``repeated_batch`` (the batch dict), ``policy``, ``reference`` and ``teacher`` log-probs
+        ``[B, S]`` or None. Take the keywords you need and ``**_`` for the rest."""
+        raise NotImplementedError(f"{type(self).__name__} implements no advantages()")
 
 
 class GRPOAdvantageEstimator(Estimator):
     """GRPO / RLOO / Dr. GRPO advantages (``grpo_advantages``) broadcast to ``[B, S]``."""
 
-    def _advantages(self, prompt_ids, rewards, mask, **_unused) -> torch.Tensor:
+    def advantages(self, prompt_ids, rewards, mask, **_unused) -> torch.Tensor:
         a = grpo_advantages(
             prompt_ids,
             rewards,

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlnb.algorithms.advantages import AdvEstimatorConfig, GRPOAdvantageEstimator
+from rlnb.algorithms.advantage_config import AdvEstimatorConfig
+from rlnb.algorithms.advantages import GRPOAdvantageEstimator
 from rlnb.algorithms.checks import choose
 from rlnb.algorithms.gae import (
     GeneralizedAdvantageEstimator,

@@ -41,7 +41,8 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from rlnb.algorithms.advantages import KLRewardConfig, kl_reward_penalty
+from rlnb.algorithms.advantage_config import KLRewardConfig, kl_reward_penalty
+from rlnb.algorithms.advantages import refuse_private_hook
 from rlnb.algorithms.checks import (
     alias,
     check_finite,
@@ -271,16 +272,23 @@ class _PPOEstimator:
         reference = alias(
             "reference_logprobs", reference_logprobs, "logprobs_reference", logprobs_reference
         )
-        return self._advantages(rewards, mask, values, logprobs, reference)
+        return self.advantages(rewards, mask, values, logprobs, reference)
 
-    def _advantages(self, rewards, mask, values, logprobs, reference):
-        raise NotImplementedError
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        refuse_private_hook(cls)
+
+    def advantages(self, rewards, mask, values, logprobs, reference):
+        """The hook a new PPO-loop estimator implements: ``(advantages [B, S], returns [B, S] or
+        None)`` from ``rewards [B]``, ``mask [B, S]``, the critic's ``values [B, S]`` and the
+        π_old / reference log-probs ``[B, S]`` (None when not computed)."""
+        raise NotImplementedError(f"{type(self).__name__} implements no advantages()")
 
 
 class GeneralizedAdvantageEstimator(_PPOEstimator):
     """GAE for PPO; ``compute_advantage`` returns ``(advantages [B, S], returns [B, S])``."""
 
-    def _advantages(self, rewards, mask, values, logprobs, reference):
+    def advantages(self, rewards, mask, values, logprobs, reference):
         if values is None:
             raise ValueError("GAE needs values [B, S] (the right-shifted critic predictions)")
         c = self.config
@@ -307,7 +315,7 @@ class RawRewardAdvantageEstimator(_PPOEstimator):
     needs_critic = False  # (PPO's loop still trains the critic on the returns)
     kl_in_reward = False
 
-    def _advantages(self, rewards, mask, values, logprobs, reference):
+    def advantages(self, rewards, mask, values, logprobs, reference):
         a = raw_reward_advantages(
             rewards, mask, normalize_advantages=self.config.normalize_advantages
         )

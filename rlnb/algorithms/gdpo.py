@@ -97,7 +97,7 @@ class GDPOAdvantageEstimator(Estimator):
 
     reads_rewards = False
 
-    def _advantages(self, prompt_ids, rewards, mask, *, repeated_batch, **_unused):
+    def advantages(self, prompt_ids, rewards, mask, *, repeated_batch, **_unused):
         if repeated_batch is None:
             raise ValueError("GDPO needs repeated_batch with 'reward/<name>' components")
         a = gdpo_advantages(

@@ -51,7 +51,7 @@ class OnPolicyDistillationAdvantageEstimator(Estimator):
 
     last_metrics: dict[str, float]
 
-    def _advantages(self, prompt_ids, rewards, mask, *, policy, teacher, **_unused):
+    def advantages(self, prompt_ids, rewards, mask, *, policy, teacher, **_unused):
         if teacher is None or policy is None:
             raise ValueError(
                 "OPD needs teacher_logprobs and prev_logprobs (or logprobs_policy), each [B, S]"

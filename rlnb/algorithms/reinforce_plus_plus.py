@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from rlnb.algorithms.advantages import AdvEstimatorConfig, Estimator, kl_reward_penalty
+from rlnb.algorithms.advantage_config import AdvEstimatorConfig, kl_reward_penalty
+from rlnb.algorithms.advantages import Estimator
 from rlnb.algorithms.baselines import calculate_baseline_and_std_per_prompt
 from rlnb.algorithms.checks import check_finite, check_mask, check_tensor
 
@@ -68,7 +69,7 @@ class ReinforcePlusPlusAdvantageEstimator(Estimator):
     def uses_groups(cls, config: AdvEstimatorConfig) -> bool:
         return config.minus_baseline  # the group mean, else every row is its own
 
-    def _advantages(self, prompt_ids, rewards, mask, *, policy, reference, **_unused):
+    def advantages(self, prompt_ids, rewards, mask, *, policy, reference, **_unused):
         kl = kl_reward_penalty(self.loss_config, policy, reference,
                                ("logprobs_policy", "logprobs_reference"))
         return reinforce_plus_plus_advantages(

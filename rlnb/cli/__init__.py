@@ -11,7 +11,8 @@ runs it), assembled here in the order ``rlnb --help`` lists them.
                                                        one run per grid point + report
     rlnb launch --num-processes N NOTEBOOK [-p KEY VALUE ...]     one rank per process
         [--num-machines M --machine-rank R --main-process-ip IP --main-process-port P]
-    rlnb teach build OUT [--source DIR]   the exercises' student and solution notebooks
+    rlnb teach build OUT [--source DIR] [--update]   the exercises' student and solution notebooks
+    rlnb teach grade SUBMISSIONS [--csv FILE]   students' notebooks checked: a table and a CSV
     rlnb preflight [--fast] [--steps K]   before a lab: install, kernel, warm starts, speed
     rlnb preflight --memory CONFIG [key=value ...] [--device-memory GIB]
                                   the memory plan of a GRPO step: will it fit the GPU
@@ -21,6 +22,10 @@ Notebook commands (``rlnb.run.notebooks.execute``, ``rlnb.run.experiments.sweep`
 (``-p loss_fn.ratio_clip_max 0.28``) is a config override appended to the notebook's
 ``overrides``, any other KEY a papermill parameter. Exit codes: 0 done,
 1 a notebook failed (it is saved with the error), 2 bad arguments (nothing written).
+
+Its modules: ``train``, ``verify``, ``diff``, ``doctor``, ``demo``, ``run``, ``sweep``,
+``launch``, ``teach`` and ``preflight`` (one per command, as above); ``common`` (how a command
+reports a user's mistake, what they share); ``__main__`` (``python -m rlnb.cli``).
 """
 
 from __future__ import annotations

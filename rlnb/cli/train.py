@@ -25,8 +25,8 @@ def add_to(sub) -> None:
         "--steps",
         type=int,
         default=None,
-        help="steps to run (default: the loop's max_num_steps, e.g. grpo.max_num_steps, in "
-             "total)",
+        help="steps to run, at least 1 (default: the loop's max_num_steps, e.g. "
+             "grpo.max_num_steps, in total)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--ignore-unsupported", action="store_true",
@@ -51,9 +51,22 @@ def handle(args: argparse.Namespace) -> int:
     if args.resume and args.run_dir:
         print("rlnb train: give either --run-dir or --resume, not both", file=sys.stderr)
         return 2
-    if args.steps is not None and args.steps < 0:
-        print(f"rlnb train: --steps must be >= 0, got {args.steps}", file=sys.stderr)
+    if args.steps is not None and args.steps < 1:  # 0 steps would leave a run with no checkpoint
+        print(f"rlnb train: --steps must be at least 1, got {args.steps} (leave it out to train "
+              "to the loop's max_num_steps)", file=sys.stderr)
         return 2
+    if args.steps is None and not args.resume:  # nothing to train: refused before any run dir
+        try:
+            from rlnb.run.config.master_config import load_config
+
+            loop = load_config(config, overrides, ignore_unsupported=args.ignore_unsupported)
+        except USER_ERRORS as err:
+            print(f"rlnb train: {error_message(err)}", file=sys.stderr)
+            return 2
+        if loop.loop_config.max_num_steps < 1:
+            print(f"rlnb train: {section_of(loop)}.max_num_steps=0: nothing to train; set it to "
+                  "1 or more, or pass --steps N", file=sys.stderr)
+            return 2
     watch = None
     try:
         accelerator = auto_accelerator()
@@ -68,6 +81,13 @@ def handle(args: argparse.Namespace) -> int:
                 progress=not args.no_progress,
                 ignore_unsupported=args.ignore_unsupported,
             )
+            left = run.trainer.loop_config.max_num_steps - run.trainer.step_count
+            if args.steps is None and left < 1:  # a finished run resumed: nothing to train
+                raise ValueError(
+                    f"{run.path} has trained its {run.trainer.step_count} steps "
+                    f"({section_of(run.config)}.max_num_steps="
+                    f"{run.trainer.loop_config.max_num_steps}): nothing to train; raise it "
+                    f"({section_of(run.config)}.max_num_steps=N) or pass --steps N to go on")
             summary = run.train(args.steps)
     except DiskFull as err:  # a machine fault: one line, exit 1 (what was written is intact)
         if watch is not None:
@@ -92,6 +112,13 @@ def handle(args: argparse.Namespace) -> int:
     if run.dist.is_main:
         print(format_summary(summary))
     return 0
+
+
+def section_of(config) -> str:
+    """The loop's own config section (``grpo``, ``ppo``, ``dpo``), as its keys are written."""
+    from rlnb.engine.trainers.loops import LOOPS
+
+    return LOOPS[config.algorithm].sections[0]
 
 
 def format_summary(s: dict) -> str:

@@ -25,6 +25,10 @@ def add_to(sub) -> None:
 def handle(args: argparse.Namespace) -> int:
     from rlnb.run.training.verify import verify_run
 
+    for flag, value, least in (("--from-step", args.from_step, 0), ("--steps", args.steps, 1)):
+        if value is not None and value < least:
+            print(f"rlnb verify: {flag} must be at least {least}, got {value}", file=sys.stderr)
+            return 2
     try:
         report = verify_run(args.run_dir, args.from_step, args.steps)
     except USER_ERRORS as err:

@@ -8,6 +8,7 @@
 - ``data/``: the plain objects a step passes along (``batches.py``, joined by
   ``batch_join.py``; DPO's ``preference_batch.py``, its pairs from a dataset or a task's samples:
   ``preference_data.py``);
+- ``agents/``: agent episodes through the chat template and the in-process OpenAI client;
 - ``trainers/``: the loops (GRPO, PPO, async GRPO, DPO), the rollout stage they share, the
   advantage stage's inputs, the warm start;
 - ``inspection/``: the inspection room: one frozen batch's token statistics, counterfactual

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from rlnb.algorithms import advantages, gae, gdpo, opd, reinforce_plus_plus
-from rlnb.algorithms.advantages import AdvEstimatorConfig
+from rlnb.algorithms.advantage_config import AdvEstimatorConfig
 from rlnb.algorithms.checks import check_mask
 from rlnb.algorithms.estimators import estimator_class
 

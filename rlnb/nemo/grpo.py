@@ -46,8 +46,8 @@ from typing import Any, NamedTuple, TypedDict
 
 from rlnb.algorithms.rewards import RewardScalingConfig
 from rlnb.engine.trainers.collector import AsyncLoopConfig as AsyncGRPOConfig
-from rlnb.engine.trainers.grpo import GRPOConfig
-from rlnb.engine.trainers.grpo import (
+from rlnb.engine.trainers.grpo_config import GRPOConfig
+from rlnb.engine.trainers.grpo_config import (
     GRPOEstimatorConfig as AdvEstimatorConfig,  # what the field takes
 )
 from rlnb.engine.trainers.loops import should_use_async_rollouts

@@ -1,9 +1,11 @@
 """Agents: chat templates checked for prefix preservation, tool calls read back, the in-process
-OpenAI-compatible client on the tiny model, episodes stitched token for token into samples, and
-agent code that fails or misbehaves marked, never trained with a wrong mask."""
+OpenAI-compatible client on the tiny model, episodes stitched token for token into samples, agent
+code that fails, misbehaves or rewrites its replies marked and never trained, what a run needs
+(held-out rows, turns) refused up front, and agent tasks under async GRPO and a NeMo-RL YAML."""
 
 import asyncio
 import json
+import re
 
 import pytest
 import torch
@@ -13,7 +15,7 @@ from rlnb.engine.agents.client import AsyncLocalOpenAI, LocalOpenAI, Sampling
 from rlnb.engine.agents.episode import Episode
 from rlnb.engine.agents.inspector import compare_turns, to_html, trajectory_tokens
 from rlnb.engine.agents.sampler import Request, Sampled
-from rlnb.engine.agents.templates import check_before_training, check_prefix, render
+from rlnb.engine.agents.templates import check_before_training, check_prefix, render, token_ids
 from rlnb.engine.agents.tool_calls import convention_of, parse_tool_calls
 from rlnb.engine.environments.calculator import TOOLS, CalculatorTask, calc, run_tool
 from rlnb.engine.models.tiny import TINY_CHAT_TEMPLATE, build_char_tokenizer
@@ -157,7 +159,8 @@ def test_the_client_samples_from_the_policy_with_its_tokens_and_logprobs():
     trainer = trainer_for()
     client = LocalOpenAI(trainer)
     reply = client.chat.completions.create(
-        model="anything", messages=[{"role": "user", "content": "2*3"}], n=3, temperature=1.0)
+        model="anything", messages=[{"role": "user", "content": "2*3"}], n=3, temperature=1.0,
+        logprobs=True)
     assert len(reply.choices) == 3 and reply.object == "chat.completion"
     prompt = trainer.policy.tokenizer("<s>U:2*3\nA:", add_special_tokens=False)["input_ids"]
     assert reply.prompt_token_ids == prompt and reply.usage.prompt_tokens == len(prompt)
@@ -174,7 +177,8 @@ def test_the_client_samples_from_the_policy_with_its_tokens_and_logprobs():
                                          r"temperature=1.0 \(policy.generation.temperature\)"):
         client.chat.completions.create(messages=[{"role": "user", "content": "x"}],
                                        temperature=0.5)
-    with pytest.raises(TypeError, match="logit_bias not supported"):
+    with pytest.raises(ValueError, match=r"logit_bias=\{1: 2\} is not supported by rlnb's "
+                                         r"in-process client: it changes the sampling"):
         client.chat.completions.create(messages=[{"role": "user", "content": "x"}],
                                        logit_bias={1: 2})
 
@@ -371,3 +375,261 @@ def test_max_tokens_cuts_a_completion_as_a_server_would():
     with pytest.raises(ValueError, match=r"the prompt has 126 tokens and "
                                          r"policy.max_total_sequence_length is 96"):
         client.chat.completions.create(messages=long)
+
+
+# ---------------------------------------------------------------------------- token in, token out
+ASK = [{"role": "user", "content": "2*3"}]
+CALL = '<tool_call>{"name":"calc","arguments":{"x":"2*3"}}</tool_call>'
+
+
+def episode_client(*texts):
+    """The in-process client recording into an episode, its completions ``texts`` in turn (each
+    closed by EOS, as the sampler returns them); template and stitching are the real ones."""
+    tok = build_char_tokenizer(chat_template=True)
+    client = LocalOpenAI(generator=object(), tokenizer=tok, episode=Episode(tok))
+    replies = iter(texts)
+
+    def submit(request):
+        text = next(replies)
+        ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        return [Sampled(ids, [0.0] * len(ids), text, "stop")]
+
+    client.sampling.submit = submit
+    return client, tok
+
+
+def as_dict(message):
+    """The reply rebuilt by hand: role, content and tool calls, the calls with other ids and
+    their arguments re-serialised (other JSON text, the same values)."""
+    calls = [{"id": f"mine_{i}", "type": "function", "function": {
+        "name": c.function.name, "arguments": json.dumps(json.loads(c.function.arguments),
+                                                         indent=1)}}
+             for i, c in enumerate(message.tool_calls or [])]
+    return {"role": "assistant", "content": message.content, "tool_calls": calls or None}
+
+
+def openai_message(message):
+    openai = pytest.importorskip("openai")
+    return openai.types.chat.ChatCompletionMessage.model_validate(message.model_dump())
+
+
+PASSED_BACK = {"the reply object": lambda m: m, "its model_dump()": lambda m: m.model_dump(),
+               "its to_dict()": lambda m: m.to_dict(), "a dict with the same role, content and "
+               "tool calls": as_dict, "openai's own message type": openai_message,
+               "a dict holding the reply's call objects": lambda m: {
+                   "role": "assistant", "content": m.content, "tool_calls": m.tool_calls}}
+
+
+@pytest.mark.parametrize("first", ["4", CALL])
+@pytest.mark.parametrize("how", PASSED_BACK)
+def test_a_reply_passed_back_unchanged_continues_the_episode_token_for_token(how, first):
+    client, tok = episode_client(first, "6")
+    reply = client.chat.completions.create(messages=ASK, tools=TOOLS)
+    message = reply.choices[0].message
+    after = ({"role": "tool", "tool_call_id": "call_0", "content": "6"} if message.tool_calls
+             else {"role": "user", "content": "sure?"})
+    second = client.chat.completions.create(messages=[*ASK, PASSED_BACK[how](message), after],
+                                            tools=TOOLS)
+    episode = client.episode
+    assert episode.broken is None
+    first_call = episode.calls[0]
+    seen = first_call.prompt_ids + first_call.sampled.token_ids  # as sampled, never re-encoded
+    assert second.prompt_token_ids[:len(seen)] == seen
+    assert tok.decode(second.prompt_token_ids[len(seen):]) == (
+        "\nT:6\nA:" if message.tool_calls else "\nU:sure?\nA:")
+
+
+def edited(messages, reply):
+    """Ways an agent changes the conversation before its next call, and the reason each gives."""
+    other_call = {"id": "call_0", "type": "function",
+                  "function": {"name": "calc", "arguments": '{"x": "3*3"}'}}
+    return {
+        "EDITED": ([*messages, {"role": "assistant", "content": "EDITED"}],
+                   r"messages\[1\] is not the reply the client returned \('content' differs\)"),
+        "other arguments": ([*messages, {**reply, "tool_calls": [other_call]}],
+                            r"messages\[1\] is not the reply .*\('tool_calls' differs\)"),
+        "a name added": ([*messages, {**reply, "name": "bot"}],
+                         r"messages\[1\] is not the reply .*\('name' added\)"),
+        "an earlier message": ([{"role": "user", "content": "2*4"}, reply],
+                               r"messages\[0\] \(user\) changed since the previous call "
+                               r"\('content' differs\)"),
+        "the reply dropped": (list(messages), r"messages\[1\] is a 'user' message where the "
+                                              r"previous call's reply"),
+    }
+
+
+@pytest.mark.parametrize("edit", ["EDITED", "other arguments", "a name added",
+                                  "an earlier message", "the reply dropped"])
+def test_an_agent_that_edits_its_last_reply_is_prompted_with_the_edit_and_the_episode_marked(
+        edit):
+    client, tok = episode_client(CALL, "6")
+    reply = client.chat.completions.create(messages=ASK, tools=TOOLS).choices[0].message.to_dict()
+    messages, reason = edited(ASK, reply)[edit]
+    messages = [*messages, {"role": "tool", "tool_call_id": "call_0", "content": "6"}]
+    if edit == "the reply dropped":
+        messages = [*ASK, {"role": "user", "content": "again"}]
+    second = client.chat.completions.create(messages=messages, tools=TOOLS)
+    # the model is prompted with the conversation the agent sent, as the template renders it
+    assert second.prompt_token_ids == token_ids(tok, render(tok, messages, TOOLS))
+    if edit == "EDITED":
+        assert "A:EDITED</s>" in tok.decode(second.prompt_token_ids)
+    assert re.match(rf"call 2: {reason}", client.episode.broken), client.episode.broken
+    # the sample keeps the first call only (and the trainer masks it out: the test below)
+    first, rest, mask, _ = client.episode.sample()
+    assert first == client.episode.calls[0].prompt_ids
+    assert rest == client.episode.calls[0].sampled.token_ids and all(mask)
+
+
+def test_episodes_whose_agent_rewrote_a_reply_are_counted_and_never_trained():
+    rows = [{"prompt": [{"role": "user", "content": "x"}], "answer": str(i),
+             "mode": "edit" if i % 2 else "keep"} for i in range(4)]
+
+    async def agent(client, row):
+        messages = [{"role": "user", "content": "go" + row["answer"]}]
+        reply = await client.chat.completions.create(messages=messages)
+        message = reply.choices[0].message
+        kept = message if row["mode"] == "keep" else {"role": "assistant", "content": "EDITED"}
+        messages += [kept, {"role": "user", "content": "more"}]
+        await client.chat.completions.create(messages=messages)
+        return float(len(message.content or "") % 2)  # some signal within a group
+
+    extra = ["grpo.max_rollout_turns=2", "grpo.num_prompts_per_step=4"]
+    trainer = trainer_for(AgentTask(agent, train=rows, name="edits"), extra)
+    batch = trainer.rollout()
+    edits = torch.tensor([r["mode"] == "edit" for r in batch.rows])
+    assert batch.metrics["train/agent/broken_episodes"] == float(edits.sum()) == 6.0
+    assert torch.equal(batch.sample_mask, (~edits).float())
+    advantages = trainer.compute_advantages(batch)
+    assert torch.equal(advantages.sample_mask, (~edits).float())  # the loss's mask: none trained
+    assert batch.metrics["train/mean_turns"] == 2.0
+    # every episode rewrote its reply: the step trains no token and changes no weight
+    rows = [{**r, "mode": "edit"} for r in rows]
+    trainer = trainer_for(AgentTask(agent, train=rows, name="edits"), extra)
+    before = {n: p.detach().clone() for n, p in trainer.policy.model.named_parameters()}
+    metrics = trainer.step()
+    assert metrics["train/agent/broken_episodes"] == 12.0
+    assert metrics["train/global_valid_toks"] == 0.0 and metrics["train/global_valid_seqs"] == 0.0
+    assert all(torch.equal(p, before[n]) for n, p in trainer.policy.model.named_parameters())
+
+
+# ---------------------------------------------------------------------------- what the run needs
+def test_an_agent_task_without_held_out_rows_is_refused_where_validation_would_run():
+    rows = [{"prompt": [{"role": "user", "content": "x"}], "answer": "1"}]
+
+    def agent(client, row):
+        return 1.0
+
+    from rlnb.engine.trainers.grpo import GRPOTrainer
+
+    config = load_config(None, [*SMALL, "grpo.val_period=10"], preset="fast")
+    with pytest.raises(ValueError, match=r"task 'agent' has no held-out rows, but "
+                                         r"grpo.val_period=10 validates on them every 10 steps: "
+                                         r"give the task held-out rows \(rlnb.AgentTask\(agent, "
+                                         r"train=rows, val=held_out_rows\).*or set "
+                                         r"grpo.val_period=0"):
+        GRPOTrainer(config, task=AgentTask(agent, train=rows))
+    trainer = trainer_for(AgentTask(agent, train=rows))  # val_period=0: no validation, no rows
+    with pytest.raises(ValueError, match=r"has no held-out rows, but trainer.validate\(\) needs"):
+        trainer.validate()
+    assert trainer_for(AgentTask(agent, train=rows, val=rows)).validate()["validation/reward"] == 1
+
+
+def test_a_turn_limit_below_what_the_calculator_needs_is_refused_when_the_config_loads(
+        tmp_path, capsys):
+    from rlnb.cli import main
+    from rlnb.engine.trainers.grpo import GRPOTrainer
+    from rlnb.run.config.master_config import packaged_config
+
+    recipe = packaged_config("calculator_tiny")
+    with pytest.raises(ValueError, match=r"grpo.max_rollout_turns=1, but task 'calculator' needs "
+                                         r"2 model turns per episode \(data.max_tool_calls=1: .*\): "
+                                         r"set grpo.max_rollout_turns=2 or more"):
+        load_config(recipe, ["grpo.max_rollout_turns=1"])
+    with pytest.raises(ValueError, match=r"needs 4 model turns .*data.max_tool_calls=3"):
+        load_config(recipe, ["data.max_tool_calls=3"])
+    assert load_config(recipe, ["grpo.max_rollout_turns=1", "data.max_tool_calls=0"])
+    # the command line: exit 2, one line naming the key, nothing written
+    code = main(["train", str(recipe), "grpo.max_rollout_turns=1", "--run-dir",
+                 str(tmp_path / "run"), "--no-progress"])
+    assert code == 2 and "grpo.max_rollout_turns=1, but task 'calculator'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    # a calculator handed over in Python is held to the same when the trainer is built
+    config = load_config(None, [*SMALL, "grpo.max_rollout_turns=1"], preset="fast")
+    with pytest.raises(ValueError, match=r"grpo.max_rollout_turns=1, but task 'calculator' needs "
+                                         r"3 model turns"):
+        GRPOTrainer(config, task=CalculatorTask(max_tool_calls=2, num_val=4))
+    # DPO samples one turn per episode (its max_rollout_turns is not a setting): named as such
+    from rlnb.engine.trainers.dpo import DPOTrainer
+
+    dpo = load_config(packaged_config("dpo_tiny"), [
+        "sft.enabled=false", "policy.tiny.chat_template=true", "dpo.val_period=0",
+        "data.name=calculator"], preset="fast")
+    with pytest.raises(ValueError, match=r"the dpo loop samples 1 model turn per episode, but "
+                                         r"task 'calculator' needs 2 .*train the task with grpo"):
+        DPOTrainer(dpo)
+
+
+# ---------------------------------------------------------------------------- joints
+ASYNC = ["grpo.async_grpo.enabled=true", "loss_fn.use_importance_sampling_correction=true"]
+
+
+def test_agent_tasks_train_under_async_grpo_with_their_masks_and_counts_through_the_buffer():
+    from rlnb.engine.trainers.async_grpo import AsyncGRPOTrainer
+    from rlnb.engine.trainers.loops import make_trainer
+
+    rows = [{"prompt": [{"role": "user", "content": "x"}], "answer": str(i),
+             "mode": "edit" if i % 2 else "keep"} for i in range(4)]
+
+    async def agent(client, row):
+        messages = [{"role": "user", "content": "go" + row["answer"]}]
+        reply = await client.chat.completions.create(messages=messages)
+        message = reply.choices[0].message
+        kept = message if row["mode"] == "keep" else {"role": "assistant", "content": "EDITED"}
+        messages += [kept, {"role": "user", "content": "more"}]
+        await client.chat.completions.create(messages=messages)
+        return float(len(message.content or "") % 2)
+
+    config = load_config(None, [*SMALL, *ASYNC, "grpo.max_rollout_turns=2",
+                                "grpo.num_prompts_per_step=4"], preset="fast")
+    trainer = make_trainer(config, task=AgentTask(agent, train=rows, name="edits"))
+    assert isinstance(trainer, AsyncGRPOTrainer)
+    try:
+        batch = trainer.rollout()  # from the collector's thread, through the replay buffer
+        keep = torch.tensor([r["mode"] == "keep" for r in batch.rows]).float()
+        assert torch.equal(batch.sample_mask, keep) and batch.metrics["train/mean_turns"] == 2.0
+        assert batch.metrics["train/agent/broken_episodes"] == 6.0
+        # generated by the weights the policy still has: the stitched episodes' log-probs are
+        # the sampler's, token for token
+        lp = trainer.policy.logprobs(batch.input_ids, batch.attention_mask)
+        m = batch.token_mask.bool() & keep.bool()[:, None]
+        torch.testing.assert_close(lp[m], batch.generation_logprobs[m], atol=1e-4, rtol=0)
+        for _ in range(2):
+            metrics = trainer.step()
+            assert metrics["train/agent/broken_episodes"] == 6.0
+            assert metrics["train/global_valid_seqs"] == 6.0  # the kept episodes only
+    finally:
+        trainer.close()
+    # the built-in calculator (its own agent code, the calc tool) under the async loop
+    config = load_config(None, [*SMALL, *ASYNC, "data.name=calculator", "grpo.max_rollout_turns=2",
+                                "data.num_val=4"], preset="fast")
+    trainer = make_trainer(config)
+    try:
+        metrics = trainer.step()
+        assert metrics["train/agent/failed_episodes"] == 0.0 and "train/mean_turns" in metrics
+    finally:
+        trainer.close()
+
+
+def test_a_nemo_rl_yaml_naming_an_agent_task_is_refused_before_any_work(tmp_path):
+    """NeMo-RL's GRPO reads its data sets from data.train (math rows); an agent task laid over
+    it in the rlnb: section meets the math data keys the file translates to, and the config is
+    refused when it loads, naming them (no model, no trainer built)."""
+    from nemo_shaped_configs import grpo_shaped, math_jsonl, tiny_model, write_yaml
+
+    cfg = grpo_shaped(tiny_model(tmp_path / "model"), math_jsonl(tmp_path / "math.jsonl"))
+    cfg["grpo"]["max_rollout_turns"] = 2
+    cfg["rlnb"] = {"data": {"name": "calculator"}, "policy": {"tiny": {"chat_template": True}}}
+    path = write_yaml(tmp_path / "grpo_calculator.yaml", cfg)
+    with pytest.raises(ValueError, match=r"data.dataset_name: task 'calculator' has no such "
+                                         r"setting \('math' has it\)"):
+        load_config(path, ignore_unsupported=True)

@@ -502,3 +502,66 @@ def test_force_on_policy_ratio_skips_the_prev_logprob_forward_with_the_same_loss
     assert not b.prev_logprobs.any()  # the placeholder: no forward pass was made
     assert math.isnan(steps[-1]["async/importance_weight/mean"])
     assert math.isfinite(steps[-1]["train/loss"]) and steps[-1]["train/sampling_importance_ratio"] > 0
+
+
+# ---------------------------------------------------------------------------------- lockstep
+@pytest.mark.parametrize("overrides, message", [
+    (["grpo.async_grpo.sampler=windowed"], "sampler='windowed' with lockstep=true"),
+    (["grpo.async_grpo.collector_threads=1"], "collector_threads=1 with lockstep=true"),
+    (["grpo.async_grpo.max_generation_failures=2"], "max_generation_failures=2 with lockstep"),
+])
+def test_lockstep_refuses_what_it_would_ignore(overrides, message):
+    with pytest.raises(ValueError, match="invalid config") as err:
+        config("grpo.async_grpo.lockstep=true", *overrides)
+    assert message in str(err.value)
+
+
+def test_lockstep_trains_step_c_on_weights_c_minus_a_in_the_callers_thread(no_threads_left):
+    """lockstep: no collector thread; step c's groups were sampled by weights max(0, c − a)
+    (their generation log-probs are those weights', from snapshots taken by the test)."""
+    t = with_rewards(AsyncGRPOTrainer(config("grpo.async_grpo.max_trajectory_age_steps=2",
+                                             "grpo.async_grpo.lockstep=true", RECOMPUTE)))
+    snapshots, seen = [], []
+    try:
+        for _ in range(5):
+            snapshots.append(copy.deepcopy(t.policy.model.state_dict()))
+            batch = t.rollout()
+            assert not collector_threads()  # generated here, no thread started
+            t.update(t.compute_advantages(batch))
+            seen.append(batch)
+    finally:
+        t.close()
+    model = copy.deepcopy(t.policy.model).eval()
+    for c, batch in enumerate(seen):
+        v = max(0, c - 2)
+        assert batch.weight_versions.tolist() == [v] * len(batch), (c, batch.weight_versions)
+        assert batch.metrics["train/avg_trajectory_age"] == c - v
+        model.load_state_dict(snapshots[v])
+        with torch.no_grad():
+            lp = t.policy.forward_logprobs(model, batch.input_ids, batch.attention_mask)
+        m = batch.token_mask
+        assert torch.allclose(lp * m, batch.generation_logprobs * m, atol=2e-4), c
+
+
+def _lockstep_run(*extra):
+    t = with_rewards(AsyncGRPOTrainer(config("grpo.async_grpo.max_trajectory_age_steps=3",
+                                             "grpo.async_grpo.lockstep=true", *extra)))
+    try:
+        losses = [m["train/loss"] for m in t.train(5)]
+    finally:
+        t.close()
+    return losses, {k: v.clone() for k, v in t.policy.model.state_dict().items()}
+
+
+def test_lockstep_repeats_bit_for_bit_and_admits_the_uncorrected_control(no_threads_left):
+    """Two lockstep runs of one seed give the same losses and weights exactly; with the
+    importance-sampling correction off (admitted only in lockstep) the stale steps differ."""
+    losses, weights = _lockstep_run()
+    again, weights_again = _lockstep_run()
+    assert losses == again
+    assert all(torch.equal(weights[k], weights_again[k]) for k in weights)
+    off, _ = _lockstep_run("loss_fn.use_importance_sampling_correction=false",
+                           "loss_fn.truncated_importance_sampling_type=null",
+                           "loss_fn.truncated_importance_sampling_ratio=null")
+    assert off[0] == pytest.approx(losses[0], rel=1e-4)  # step 0 trains on its own weights: w = 1
+    assert off[4] != pytest.approx(losses[4], rel=1e-6)  # age 3: w != 1 reweights the loss

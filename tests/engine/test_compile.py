@@ -114,7 +114,9 @@ def test_compiled_steps_give_the_eager_numbers(arch, capfd):
     # from the first call (unmarked, Dynamo would recompile the decode step at its second call)
     assert raw["compile/graphs"] <= 2 and raw["compile/recompiles"] == 0
     assert raw["compile/eager"] == 0
-    assert raw["train/loss"] != 0  # the rewards gave a signal: the weights moved
+    # the rewards gave a signal: a gradient (the loss itself may be exactly 0: one optimizer
+    # step a rollout puts the ratio at 1, and equal-length responses cancel a group's ±A)
+    assert raw["train/grad_norm"] > 0
     for p_e, p_c in zip(eager.policy.model.parameters(), compiled.policy.model.parameters()):
         torch.testing.assert_close(p_c, p_e, rtol=RTOL, atol=ATOL)
     assert any(not torch.equal(p, p0) for p, p0 in

@@ -11,6 +11,7 @@ import rlnb
 from rlnb.engine.inspection.diagnosis import Finding, diagnose
 from rlnb.engine.models.policy import Policy
 from rlnb.run.config.master_config import load_config
+from rlnb.run.training.probes import attach_probes
 
 # the runs were built under NeMo-RL's numerics (the embedded recipe before it took TRL's three
 # choices): with the group baseline the KL run below no longer runs away in 20 steps
@@ -67,6 +68,7 @@ def records_of(state, over=(), steps=12, reward=None):
     policy.sync_reference()
     user = {"reward_funcs": [reward], "train_dataset": ROWS} if reward else {}
     trainer = rlnb.GRPOTrainer(cfg, policy=policy, **user)
+    attach_probes(trainer)  # the funnel, as a run records it
     out = []
     for i in range(steps):
         m = trainer.step()

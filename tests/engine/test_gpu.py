@@ -10,6 +10,7 @@ import torch
 
 from rlnb.engine.trainers.loops import make_trainer
 from rlnb.run.config.master_config import load_config, packaged_config
+from rlnb.run.training.probes import attach_probes
 
 pytestmark = pytest.mark.gpu
 
@@ -63,8 +64,9 @@ def test_the_memory_plan_is_within_15_percent_of_the_allocators_peaks():
     trainer = make_trainer(load_config(None, [*SMALL, *QWEN3,
                                               "loss_fn.reference_policy_kl_penalty=0.01"],
                                        preset="fast"))
+    attach_probes(trainer)  # as a run does: the second step is measured (run/training/probes.py)
     trainer.step()
-    metrics = trainer.step()  # the second step is measured (trainers/memory_check.py)
+    metrics = trainer.step()
     for stage in ("generation", "logprobs", "update"):
         plan, peak = metrics[f"memory/{stage}_plan_gib"], metrics[f"memory/{stage}_peak_gib"]
         assert abs(plan - peak) / peak < 0.15, (stage, plan, peak)

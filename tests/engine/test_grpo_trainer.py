@@ -7,7 +7,8 @@ import torch
 from tiny_config import TINY
 
 from rlnb.engine.data.batches import AdvantageBatch, RolloutBatch
-from rlnb.engine.models.policy import Policy, PolicyConfig
+from rlnb.engine.models.policy import Policy
+from rlnb.engine.models.policy_config import PolicyConfig
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.run.config.master_config import load_config
 

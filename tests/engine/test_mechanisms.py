@@ -1,6 +1,7 @@
 """The mechanisms of the published findings on frozen hand-made batches: per-token gradient
 weights of each aggregation, the tokens clip-higher frees and their entropy effect, the rows
-dynamic sampling drops, and the KL estimators against the exact KL; numbers derived by hand."""
+dynamic sampling drops, the KL estimators against the exact KL, the groups with signal at each
+group size, and a stale batch's importance weights; numbers derived by hand."""
 
 import math
 
@@ -18,9 +19,11 @@ from rlnb.engine.inspection.mechanisms import (
     GRPO,
     clip_higher,
     dynamic_sampling_drop,
+    group_size_signal,
     kl_estimators,
     length_bias,
 )
+from rlnb.engine.inspection.staleness import staleness
 
 # 2 groups x 2 responses of lengths 2 and 6 (one prompt token, then up to 6 response tokens):
 # group 0 = (short right, long wrong), group 1 = (long right, short wrong)
@@ -251,3 +254,75 @@ def test_kl_estimators_table_on_a_hand_batch():
     for name in ("k1", "k2", "k3"):
         got = rlnb.calculate_kl(lp, ref, name, None, None)[batch.token_mask > 0]
         assert kl.sampled[name].tolist() == pytest.approx(got.tolist(), abs=1e-6)
+
+
+# ---------------------------------------------------------------------------------- 5 group size
+def test_group_size_signal_cuts_the_same_rollouts_two_ways_by_hand():
+    # 4 prompts x 4 answers: (1 1 1 1), (1 0 0 0), (0 1 1 0), (0 0 0 0); 8 rollouts either way
+    rewards = [1.0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0]
+    batch = hand_batch(lengths=[1] * 16, rewards=rewards, groups=[g for g in range(4)
+                                                                  for _ in range(4)])
+    gs = group_size_signal(batch, sizes=(4, 2), leave_one_out=False)
+    g4, g2 = gs.table.loc[4], gs.table.loc[2]
+    # G = 4: prompts 0 and 1 with all their answers: only prompt 1 is mixed (4 rows pushed)
+    assert (g4["prompts"], g4["rollouts"], g4["groups with signal"]) == (2, 8, 1)
+    assert g4["rows with A ≠ 0"] == 4
+    # G = 2: the first 2 answers of all 4 prompts: (1 1), (1 0), (0 1), (0 0): two mixed pairs
+    assert (g2["prompts"], g2["rollouts"], g2["groups with signal"]) == (4, 8, 2)
+    assert g2["rows with A ≠ 0"] == 4 and g2["share of groups with signal"] == 0.5
+    # each prompt's p over its 4 answers: 1, 1/4, 1/2, 0
+    assert gs.prompts["share right"].tolist() == [1.0, 0.25, 0.5, 0.0]
+    assert g2["predicted share, mean 1 − p^G − (1 − p)^G"] == pytest.approx(
+        (0 + 2 * 0.25 * 0.75 + 2 * 0.5 * 0.5 + 0) / 4)
+    # a pair (1, 0) without leave-one-out: mean 1/2, sample std 1/√2, so A = ±1/√2
+    r = 0.5 ** 0.5
+    assert gs.advantages[2].tolist()[2:6] == pytest.approx([r, -r, -r, r], rel=1e-5)
+    with pytest.raises(ValueError, match="group size 8 at 8 rollouts"):
+        group_size_signal(batch, sizes=(8, 2), rollouts=8)
+
+
+# ---------------------------------------------------------------------------------- 6 staleness
+def _stale_batch():
+    # one group: rows 0, 2 right (A > 0), rows 1, 3 wrong (A < 0); 1 token each; π_v = 1/4
+    prev = torch.full((4, 2), math.log(0.25)) * torch.tensor([0.0, 1.0])
+    batch = hand_batch(lengths=[1, 1, 1, 1], rewards=[1.0, 0.0, 1.0, 0.0], groups=[0] * 4,
+                       prev=prev)
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0])[:, None].expand(4, 2).contiguous()
+    advantages = AdvantageBatch(batch, "grpo", batch.rewards, torch.zeros(4), torch.zeros(4),
+                                adv, torch.ones(4))
+    # the policy now: π_θ = 3/8, 1/16, 3/4, 1/4, so w = 1.5, 0.25, 3 (truncated to 2), 1
+    now = batch.generation_logprobs + torch.tensor([1.5, 0.25, 3.0, 1.0]).log()[:, None]
+    return advantages, now * batch.token_mask
+
+
+def test_staleness_weights_and_pushes_by_hand():
+    advantages, now = _stale_batch()
+    st = staleness(advantages, now, truncation=2.0)
+    assert st.weights[:, 1].tolist() == pytest.approx([1.5, 0.25, 3.0, 1.0])
+    assert st.truncated[:, 1].tolist() == pytest.approx([1.5, 0.25, 2.0, 1.0])
+    # token mean over N_tok = 4: the push is A/4 without the correction, A·min(w, 2)/4 with it
+    assert st.push["uncorrected"][:, 1].tolist() == pytest.approx([0.25, -0.25, 0.25, -0.25])
+    assert st.push["corrected"][:, 1].tolist() == pytest.approx([0.375, -0.0625, 0.5, -0.25])
+    pos, neg = st.summary.loc["A > 0"], st.summary.loc["A < 0"]
+    assert (pos["count"], neg["count"]) == (2, 2)
+    assert pos["mean w"] == pytest.approx(2.25) and neg["mean w"] == pytest.approx(0.625)
+    assert pos["share truncated"] == 0.5 and neg["share w > 1"] == 0.0
+    assert pos["push kept"] == pytest.approx((1.5 + 2) / 2)
+    assert neg["push kept"] == pytest.approx((0.25 + 1) / 2)
+    assert st.responses["geometric-mean w"].tolist() == pytest.approx([1.5, 0.25, 3.0, 1.0])
+
+
+def test_staleness_pushes_are_minus_the_gradient_of_the_real_loss():
+    advantages, now = _stale_batch()
+    st = staleness(advantages, now, truncation=2.0)
+    b = advantages.rollout
+    for name, on in (("uncorrected", False), ("corrected", True)):
+        lp = now.clone().requires_grad_()
+        loss, _ = rlnb.clipped_pg_loss(
+            lp, now, b.generation_logprobs, advantages.advantages, b.token_mask, b.sample_mask,
+            global_valid_seqs=4, global_valid_toks=4, reference_policy_kl_penalty=0.0,
+            use_importance_sampling_correction=on,
+            truncated_importance_sampling_type="tis" if on else None,
+            truncated_importance_sampling_ratio=2.0 if on else None)
+        loss.backward()
+        assert torch.allclose(-lp.grad, st.push[name], atol=1e-7), name

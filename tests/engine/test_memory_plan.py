@@ -9,11 +9,12 @@ from test_random_init import SMALL_QWEN3
 
 from rlnb.cli import main
 from rlnb.engine.models.memory_plan import model_shape, plan_memory
-from rlnb.engine.models.policy import PolicyConfig
+from rlnb.engine.models.policy_config import PolicyConfig
 from rlnb.engine.runtime.memory import LiveTensorBytes
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.engine.trainers.memory_check import STAGES
 from rlnb.run.config.master_config import load_config, packaged_config
+from rlnb.run.training.probes import attach_probes
 
 TOLERANCE = 0.10  # |plan - measured| / measured, per stage (docs/memory.md)
 
@@ -86,6 +87,7 @@ def test_the_plan_is_within_tolerance_of_the_measured_peaks(case):
                                 "grpo.num_generations_per_prompt=8", "grpo.val_period=0"],
                          preset="fast")
     trainer = GRPOTrainer(config)
+    attach_probes(trainer)  # as a run does (rlnb.run.training.probes)
     first = trainer.step()
     assert not any(k.startswith("memory/") for k in first)  # step 1: nothing measured
     metrics = trainer.step()

@@ -12,7 +12,8 @@ from paths import ROOT
 from tiny_config import with_rewards
 
 from rlnb.engine.data.batches import RolloutBatch
-from rlnb.engine.models.policy import Policy, PolicyConfig
+from rlnb.engine.models.policy import Policy
+from rlnb.engine.models.policy_config import PolicyConfig
 from rlnb.engine.models.value import ValueConfig, ValueModel, value_body
 from rlnb.engine.trainers.loops import make_trainer
 from rlnb.engine.trainers.ppo import PPOAdvantageBatch, PPOTrainer

@@ -354,3 +354,31 @@ def test_the_guide_lists_each_tasks_settings():
     assert list(listed) == list(TASKS)
     assert {n: set(keys) for n, keys in listed.items()} == {
         n: set(cls.Settings.model_fields) for n, cls in TASKS.items()}
+
+
+def test_a_tasks_defaults_are_written_once_in_its_settings():
+    """Every built-in task's constructor takes its settings without defaults; a call that leaves
+    one out gets its Settings' default, so the task built in Python is the one a config builds;
+    a constructor default that differs from its Settings' is refused when the class is defined."""
+    import inspect
+
+    from rlnb.engine.environments.base import Task
+    from rlnb.engine.environments.generated import AdditionTask
+    from rlnb.engine.environments.tasks import TASKS, build_task
+    from rlnb.run.config.master_config import load_config
+
+    for name, cls in TASKS.items():
+        own = inspect.unwrap(cls.__init__)
+        written = {p.name for p in inspect.signature(own).parameters.values()
+                   if p.name in cls.Settings.model_fields and p.default is not p.empty}
+        assert written == set(), f"task {name!r}: defaults written in __init__ too: {written}"
+        shown = inspect.signature(cls).parameters
+        for key, field in cls.Settings.model_fields.items():
+            if key in shown and not field.is_required():
+                assert shown[key].default == field.get_default(call_default_factory=True), key
+    assert AdditionTask().val_rows() == build_task(load_config(None).data).val_rows()
+    assert AdditionTask(max_operand=9, num_val=20).max_operand == 9
+    with pytest.raises(TypeError, match=r"Mine.__init__: num_val=16 by default, but "
+                                        r"Mine.Settings says 200: write a setting's default "
+                                        r"once, in Settings"):
+        type("Mine", (Task,), {"__init__": lambda self, num_val=16, seed=0: None})

@@ -227,6 +227,40 @@ def test_rewards_needing_a_runtime_are_refused():
         VerifiersTask.from_taskset(bad_taskset(vf.reward(needs_box)), num_val=1)
 
 
+def single_turn(name, **members):
+    """A single-turn taskset (no tools, no stops) whose task type has ``members`` added."""
+    task = type(name, (SumTask,), members)
+
+    class Set(vf.Taskset[task]):
+        def load(self):
+            yield from (task(t.data) for t in SumTaskset(vf.TasksetConfig()))
+
+    return Set(vf.TasksetConfig())
+
+
+async def rewrite(self, request):
+    return request
+
+
+async def prepare(self, trace, runtime):
+    return None
+
+
+@pytest.mark.parametrize("members, message", [
+    ({"rewrite": vf.intercept(rewrite)}, r"@vf.intercept 'rewrite' rewrites model calls at "
+                                         r"verifiers' interception server, .*never be called"),
+    ({"setup": prepare}, r"Hooked.setup is a lifecycle hook of verifiers' runtime"),
+    ({"finalize": prepare}, r"Hooked.finalize is a lifecycle hook"),
+    ({"NEEDS_CONTAINER": True}, r"Hooked.NEEDS_CONTAINER is set: its episodes need a container"),
+])
+def test_hooks_a_single_turn_environment_would_never_run_are_refused_by_name(members, message):
+    taskset = single_turn("Hooked", **members)
+    with pytest.raises(ValueError, match=rf"verifiers environment 'Set': {message}"):
+        VerifiersTask.from_taskset(taskset, num_val=4)
+    with pytest.raises(ValueError, match=message):  # the trainer, on the single-turn path
+        rlnb.GRPOTrainer(rlnb.load_config(None, TINY_VF, preset="fast"), environment=taskset)
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """examples/rlnb_rg_env installed with pip (no index, no dependencies: verifiers and

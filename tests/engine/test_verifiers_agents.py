@@ -3,7 +3,7 @@ hooks, a weighted rubric) built in the test and trained as agent episodes: tools
 called in process with MCP's own schemas, bad calls answered as verifiers' chat program answers
 them, turn limits and stops scored as verifiers scores them, the rubric's weights in the total,
 what the loop cannot run refused by name, and a GRPO step on the tiny model whose log-probs are
-the sampler's own. (The envs extra: skipped where verifiers is absent.)"""
+the sampler's own (and steps under async GRPO). (The envs extra: skipped where verifiers is absent.)"""
 
 import asyncio
 
@@ -287,3 +287,31 @@ def test_an_env_episode_trains_on_the_tiny_model_with_the_engines_turns_untraine
         env_text = "".join(t for t, trained, _ in trajectory_tokens(batch, i, tok)
                            if not trained)
         assert "higher" in env_text or "lower" in env_text or "won" not in env_text
+
+
+def test_a_tool_environment_trains_under_async_grpo():
+    from rlnb.engine.trainers.async_grpo import AsyncGRPOTrainer
+    from rlnb.engine.trainers.loops import make_trainer
+
+    config = load_config(None, [*SMALL, "grpo.async_grpo.enabled=true",
+                                "loss_fn.use_importance_sampling_correction=true"], preset="fast")
+    trainer = make_trainer(config, environment=Products(vf.TasksetConfig()))
+    assert isinstance(trainer, AsyncGRPOTrainer) and isinstance(trainer.task, VerifiersAgentTask)
+    try:
+        for _ in range(2):  # its episodes run in the collector's thread, on the policy's copy
+            metrics = trainer.step()
+            assert metrics["train/agent/failed_episodes"] == 0.0
+            assert {"train/reward/correct", "train/reward/used_tool"} <= set(metrics)
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("setting, key", [({"max_turns": 5}, "max_turns"),
+                                          ({"sampling": {"temperature": 0.3}}, "sampling"),
+                                          ({"max_output_tokens": 9}, "max_output_tokens")])
+def test_a_seat_setting_rlnb_would_not_read_is_refused_by_name(setting, key):
+    env = guess_env(Player(player=vf.AgentConfig(**setting)))
+    with pytest.raises(ValueError, match=rf"environment= Guess: its seat 'player' sets {key}, "
+                                         r"which rlnb's loop does not read \(rlnb's is "):
+        VerifiersTask.from_taskset(env, num_val=4)
+    assert VerifiersTask.from_taskset(guess_env(), num_val=4).env is not None  # none set: runs

@@ -15,7 +15,7 @@ from nemo_shaped_configs import (  # noqa: F401 (offline: an autouse fixture)
 from tiny_config import with_rewards
 
 import rlnb
-from rlnb.engine.models.policy import OptimizerConfig
+from rlnb.engine.models.policy_config import OptimizerConfig
 from rlnb.engine.trainers.grpo import GRPOTrainer
 from rlnb.run.config.nemo.translate import resolved, translate
 

@@ -122,11 +122,14 @@ def test_oc_env_reads_the_environment_with_its_default(monkeypatch):
     monkeypatch.setenv("RLNB_TEST_DIR", "/data/run")
     data = resolve_interpolations({"a": "${oc.env:RLNB_TEST_DIR}", "b": "${oc.env:NOPE_X,logs}",
                                    "c": "${oc.env:NOPE_X,${d}}", "d": 3, "e": "x/${oc.env:NOPE_X,y}"})
-    assert data == {"a": "/data/run", "b": "logs", "c": 3, "d": 3, "e": "x/y"}
+    # OmegaConf's oc.env gives a string, its default too (null stays None): "3", not 3
+    assert data == {"a": "/data/run", "b": "logs", "c": "3", "d": 3, "e": "x/y"}
+    assert resolve_interpolations({"a": "${oc.env:NOPE_X,null}"}) == {"a": None}
     # unset without a default: kept as its text, as OmegaConf resolves lazily (an ignored key
     # may hold it); a key rlnb uses is refused, naming the variable
     unset = resolve_interpolations({"a": "${oc.env:NOPE_X}", "b": "${oc.env:NOPE_X}/venvs"})
     assert unset == {"a": "${oc.env:NOPE_X}", "b": "${oc.env:NOPE_X}/venvs"}
+    assert unset["a"].variable == "NOPE_X"
     assert unset_env_keys({"x": unset, "y": [1, unset["b"]]}) == {
         "x.a": "${oc.env:NOPE_X}", "x.b": "${oc.env:NOPE_X}/venvs", "y.1": "${oc.env:NOPE_X}/venvs"}
 

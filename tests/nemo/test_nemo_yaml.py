@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+import yaml
 from nemo_shaped_configs import (  # noqa: F401 (offline: an autouse fixture)
     grpo_shaped,
     math_jsonl,
@@ -16,10 +17,11 @@ from nemo_shaped_configs import (  # noqa: F401 (offline: an autouse fixture)
     tiny_model,
     write_yaml,
 )
+from omegaconf import OmegaConf
 
 import rlnb
 from rlnb.cli import main
-from rlnb.engine.models.policy import OptimizerConfig
+from rlnb.engine.models.policy_config import OptimizerConfig
 from rlnb.run.config.master_config import default_config_path, packaged_config, read_yaml
 from rlnb.run.config.nemo.reader import read_nemo_yaml, resolve_interpolations
 from rlnb.run.config.nemo.translate import is_nemo_config, translate
@@ -74,10 +76,56 @@ def test_defaults_errors_name_the_files(tmp_path):
 
 
 def test_numbers_read_as_nemo_rl_reads_them(tmp_path):
-    (tmp_path / "n.yaml").write_text("eps: 1e-8\nlr: 5.0e-6\nn: 10\nname: '1e-8'\n")
+    (tmp_path / "n.yaml").write_text("eps: 1e-8\nlr: 5.0e-6\nn: 10\nname: '1e-8'\n"
+                                     "day: 2025-01-31\n")
     data = read_nemo_yaml(tmp_path / "n.yaml")
     assert data["eps"] == 1e-8 and isinstance(data["eps"], float)  # plain PyYAML: '1e-8' (str)
     assert data["lr"] == 5e-6 and data["n"] == 10 and data["name"] == "1e-8"
+    assert data["day"] == "2025-01-31"  # OmegaConf's loader reads no dates (PyYAML: a date)
+
+
+def test_a_repeated_key_is_refused_as_omegaconf_refuses_it(tmp_path):
+    """NeMo-RL reads its files with OmegaConf, which refuses a key given twice; rlnb refuses it
+    too, naming the file, the key's dotted path and both lines (PyYAML kept the last)."""
+    (tmp_path / "parent.yaml").write_text("policy:\n  model_name: a\n  precision: bf16\n"
+                                          "  model_name: b\n")
+    (tmp_path / "child.yaml").write_text("defaults: parent.yaml\ngrpo: {seed: 1}\n")
+    with pytest.raises(ValueError, match=r"^config file .*parent\.yaml: key 'policy\.model_name' "
+                                         r"appears twice, at lines 2 and 4 "):
+        read_nemo_yaml(tmp_path / "child.yaml")  # found through defaults:
+    with pytest.raises(yaml.YAMLError, match="found duplicate key model_name"):
+        OmegaConf.load(tmp_path / "parent.yaml")  # NeMo-RL's verdict on the same file
+
+
+def test_the_override_marker_replaces_top_level_sections_only_as_in_nemo_rl(tmp_path):
+    """NeMo-RL's merge_with_override looks at the top-level sections: deeper down,
+    ``_override_`` is an ordinary key and the section merges (nemo_rl/utils/config.py)."""
+    (tmp_path / "parent.yaml").write_text(
+        "policy:\n  megatron_cfg: {enabled: true, tp: 2}\n  lr: 1\ndata: {a: 1, b: 2}\n")
+    (tmp_path / "child.yaml").write_text(
+        "defaults: parent.yaml\npolicy:\n  megatron_cfg: {_override_: true, enabled: false}\n"
+        "data: {_override_: true, c: 3}\n")
+    data = read_nemo_yaml(tmp_path / "child.yaml")
+    assert data["policy"] == {"megatron_cfg": {"enabled": False, "tp": 2, "_override_": True},
+                              "lr": 1}
+    assert data["data"] == {"c": 3}
+
+
+def test_a_mapping_over_a_list_is_refused_naming_the_file(tmp_path):
+    (tmp_path / "parent.yaml").write_text("data: {train: [{path: a}]}\n")
+    (tmp_path / "child.yaml").write_text("defaults: parent.yaml\ndata: {train: {path: b}}\n")
+    with pytest.raises(ValueError, match=r"child\.yaml: cannot be merged over its defaults"):
+        read_nemo_yaml(tmp_path / "child.yaml")  # (rlnb's own reader replaced the list)
+
+
+def test_a_folder_given_as_the_config_is_said_to_be_one(tmp_path):
+    (tmp_path / "configs").mkdir()
+    with pytest.raises(ValueError, match=r"config file .*configs is a directory, not a file"):
+        read_nemo_yaml(tmp_path / "configs")
+    (tmp_path / "c.yaml").write_text("defaults: configs\n")
+    with pytest.raises(ValueError, match=r"configs is a directory, not a file \(named in "
+                                         r"defaults: of .*c\.yaml\)"):
+        read_nemo_yaml(tmp_path / "c.yaml")
 
 
 # --------------------------------------------------------------------------- ${...}
@@ -87,20 +135,26 @@ def test_interpolations_absolute_relative_typed_and_resolvers():
     data = resolve_interpolations({
         "policy": {"len": 512, "mb": 4, "tokens": "${mul:${policy.len}, ${policy.mb}}",
                    "gen": {"t": 0.7, "val_t": "${.t}", "up": "${..mb}", "name": "len=${policy.len}"}},
-        "sizes": {"sum": "${add:2, 3}", "half": "${div:${policy.len}, 2}", "max": "${max:3, 7}"},
+        "sizes": {"sum": "${add:2, 3}", "half": "${div:${policy.len}, 2}", "max": "${max:3, 7}",
+                  "diff": "${sub:${policy.len}, 12}", "pick": "${oc.select:policy.none, 9}"},
+        "text": "\\${not.an.interpolation}",
     })
     assert data["policy"]["tokens"] == 2048  # 512 * 4, an int: a whole-string interpolation keeps the type
     assert data["policy"]["gen"]["val_t"] == 0.7 and data["policy"]["gen"]["up"] == 4
     assert data["policy"]["gen"]["name"] == "len=512"  # inside a string it is formatted
-    assert data["sizes"] == {"sum": 5, "half": 256.0, "max": 7}
+    assert data["sizes"] == {"sum": 5, "half": 256.0, "max": 7, "diff": 500, "pick": 9}
+    assert data["text"] == "${not.an.interpolation}"  # an escaped one is text (OmegaConf's rule)
 
 
 @pytest.mark.parametrize("cfg, message", [
-    ({"a": "${oops:1, 2}"}, r"a: unknown resolver 'oops' in '\$\{oops:1, 2\}' \(NeMo-RL's are \['add', 'div', 'max', 'mul'\] and oc\.env\)"),
-    ({"a": {"b": "${policy.nope}"}}, r"a\.b: the interpolation refers to 'policy\.nope'"),
-    ({"a": "${b}", "b": "${a}"}, r"interpolation cycle: a -> b -> a"),
+    ({"a": "${oops:1, 2}"}, r"a: unknown resolver 'oops' in '\$\{oops:1, 2\}' \(NeMo-RL's are add, div, max, mul, sub; OmegaConf's oc\.env"),
+    ({"a": {"b": "${policy.nope}"}}, r"a\.b: the interpolation '\$\{policy\.nope\}' refers to 'policy\.nope', which the config does not have"),
+    ({"a": {"b": None}, "c": "${a.b.c}"}, r"c: the interpolation '\$\{a\.b\.c\}' refers to 'a\.b\.c', which the config does not have \(a\.b is not a section\)"),
+    ({"a": "${b}", "b": "${a}"}, r"a: interpolation cycle: '\$\{b\}' leads back to a"),
     ({"a": "???"}, r"a: mandatory value '\?\?\?' is not set"),
-    ({"a": "${mul:1}"}, r"resolver 'mul' takes 2 arguments, got 1"),
+    ({"a": "${b}", "b": "???"}, r"a: '\$\{b\}' needs a mandatory value '\?\?\?' that is not set"),
+    ({"a": "${mul:1}"}, r"a: cannot resolve '\$\{mul:1\}': .*mul\(\) missing 1 required positional argument"),
+    ({"a": {"b": "x ${"}}, r"a\.b: not a value OmegaConf reads"),
 ])
 def test_interpolation_errors_name_the_key(cfg, message):
     with pytest.raises(ValueError, match=message):

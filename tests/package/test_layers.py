@@ -11,6 +11,8 @@ from paths import ROOT
 LAYERS = [
     ("rlnb.config", 0),  # the config base class: below everything
     ("rlnb.registry", 0),  # the rule every registry of named parts follows
+    ("rlnb.threads", 0),  # how torch's threads wait, set by `import rlnb` before torch loads
+    ("rlnb.user_files", 0),  # a user's files read strictly: paths checked, YAML keys once each
     ("rlnb.algorithms", 1),
     ("rlnb.engine", 2),
     ("rlnb.run", 3),

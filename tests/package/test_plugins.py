@@ -41,7 +41,7 @@ PLUGIN = textwrap.dedent('''
     class SignAdvantage(GRPOAdvantageEstimator):
         """A_i = sign(r_i - mean of the group), on every token."""
 
-        def _advantages(self, prompt_ids, rewards, mask, **_):
+        def advantages(self, prompt_ids, rewards, mask, **_):
             groups = torch.unique(prompt_ids, dim=0, return_inverse=True)[1]  # [B]
             mean = torch.zeros(int(groups.max()) + 1).index_add(0, groups, rewards)
             mean = mean / torch.bincount(groups).float()
@@ -53,7 +53,7 @@ PLUGIN = textwrap.dedent('''
 
         name = "echo"
 
-        def __init__(self, num_val=16, seed=0):
+        def __init__(self, num_val, seed):  # defaults: its Settings' (TaskSettings)
             words = [a + b for a in "abc" for b in "abc"]
             self.val = [{"prompt": w + "=", "answer": w} for w in words[:min(num_val, 4)]]
             self.train = [{"prompt": w + "=", "answer": w} for w in words[4:]]
@@ -155,7 +155,7 @@ KNOB_PLUGIN = textwrap.dedent('''
         class Settings(TaskSettings):
             width: int = Field(2, ge=2, le=4, description="letters per word")
 
-        def __init__(self, width=2, num_val=16, seed=0):
+        def __init__(self, width, num_val, seed):  # defaults: its Settings'
             self.width = width
             words = ["".join(w) for w in itertools.product("abc", repeat=width)]
             random.Random(f"words/{seed}").shuffle(words)
@@ -292,6 +292,17 @@ def test_a_loop_registered_from_outside_brings_its_stages_and_panels(plugin, mon
                                               "positive advantages (share)"]
     assert dash.panels[1].keys == ("train/positive_share",)
     assert dash.panels[0].band == "train/reward_sem"  # the dashboard's drawing of the reward
+    # a saved run of the loop replays with the loop's panels: the run records its trainer
+    # (parts.json), so no UI file guesses the loop from the metric names
+    quick = rlnb.load_config(None, ["imports=[my_loops]", "algorithm=grpo_sign", *TINY,
+                                    "grpo.val_period=0", "sft.enabled=false",
+                                    "checkpointing.enabled=false"])
+    saved = rlnb.TrainingRun(quick, run_dir=plugin / "signrun", progress=False,
+                             log=lambda *a: None)
+    list(saved.steps(1))
+    saved.close()
+    replay = Dashboard.from_run_dir(plugin / "signrun")
+    assert [p.keys for p in replay.panels] == [p.keys for p in dash.panels]
     stepper = StageStepper(trainer, dash)
     assert stepper.stages == ("Rollout", "Advantages", "Sign", "Update")
     assert stepper.buttons["Sign"].tooltip == "stage 3: advantages -> their sign (no side effects)"
@@ -399,7 +410,7 @@ def test_registering_something_that_is_not_one_is_refused():
         class Settings(TaskSettings):
             width: int = 2
 
-        def __init__(self, num_val=16, seed=0):
+        def __init__(self, num_val, seed):
             pass
 
     with pytest.raises(TypeError, match=r"constructor takes no \['width'\], which its Settings"):
@@ -409,7 +420,7 @@ def test_registering_something_that_is_not_one_is_refused():
         class Settings(TaskSettings):
             correct_reward: str | None = None
 
-        def __init__(self, correct_reward=None, num_val=16, seed=0):
+        def __init__(self, correct_reward=None, num_val=200, seed=0):
             pass
 
     with pytest.raises(TypeError, match=r"declares \['correct_reward'\], which the data section"):
@@ -460,3 +471,33 @@ def test_a_taken_name_is_refused_unless_replaced_on_purpose():
         register_task("addition", AdditionTask, replace=True)
         del TASKS["rlnb_test_words"]
     assert TASKS["addition"] is AdditionTask
+
+
+def test_the_estimator_hook_example_in_contributing_runs_and_the_old_name_is_refused():
+    """CONTRIBUTING.md's ten-line estimator: it registers, trains through its public hook and
+    gives the sign of each response's advantage; a class that still defines the old private
+    hook (`_advantages`, never called now) is refused when it is defined."""
+    from paths import ROOT
+
+    from rlnb.algorithms.advantages import Estimator
+    from rlnb.algorithms.gae import GeneralizedAdvantageEstimator
+
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    (example,) = [c for c in re.findall(r"```python\n(.*?)```", text, re.S) if "advantages(" in c]
+    assert len(example.strip().splitlines()) <= 16  # the hook itself: a few lines
+    saved = dict(ADVANTAGE_ESTIMATORS)
+    try:
+        namespace: dict = {}
+        exec(compile(example, "CONTRIBUTING.md", "exec"), namespace)
+        estimator = ADVANTAGE_ESTIMATORS["sign"]()
+        prompts = torch.tensor([[1], [1], [1], [2], [2], [2]])
+        rewards = torch.tensor([1.0, 0.0, 0.0, 0.5, 0.5, 0.5])
+        got = estimator.compute_advantage(prompts, rewards, torch.ones(6, 3))
+        assert got[:, 0].tolist() == [1.0, -1.0, -1.0, 0.0, 0.0, 0.0]
+    finally:
+        ADVANTAGE_ESTIMATORS.clear()
+        ADVANTAGE_ESTIMATORS.update(saved)
+    for base in (Estimator, GeneralizedAdvantageEstimator):
+        with pytest.raises(TypeError, match="_advantages: the estimator hook is public now; "
+                                            "rename it to advantages"):
+            type("Old", (base,), {"_advantages": lambda self, *a, **k: None})

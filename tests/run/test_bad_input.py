@@ -76,6 +76,8 @@ TRAIN_ROWS = [
     (["grpo.batch_multiplier=2"], "batch_multiplier"),
     (["env.name=retry"], "max_rollout_turns"),
     (["policy.model_name=/nonexistent/model"], "policy.model_name"),
+    (["policy.model_name=./dup.yaml"], "policy.model_name: './dup.yaml' is a file, not a model "
+                                       "folder"),
     (["data.name=nosuch"], "nosuch"),
     (["checkpointing.keep_top_k=0"], "checkpointing.keep_top_k"),
     (["grpo.normalize_rewards=maybe"], "normalize_rewards"),
@@ -103,6 +105,19 @@ TRAIN_ROWS = [
     (["policy.lora.enabled=true", "policy.lora.quantize=8bit"], "policy.lora.quantize"),
     (["policy.lora.dim=0"], "policy.lora.dim"),
     (["policy.lora.dropout=1"], "policy.lora.dropout"),
+    # a key given twice: in rlnb's YAML, in a NeMo-RL file's parent, in an override's value
+    (["dup.yaml"], "config file dup.yaml: key 'grpo.seed' appears twice, at lines 2 and 4"),
+    (["nemo_child.yaml"], "config file nemo_parent.yaml: key 'grpo.seed' appears twice, at "
+                          "lines 2 and 3"),
+    (["grpo.adv_estimator={name: grpo, name: gdpo}"], "key 'name' appears twice, on line 1"),
+    # a folder where a file belongs, a file where a run directory belongs
+    (["a_folder"], "config file a_folder is a directory, not a file"),
+    (["--resume", "dup.yaml"], "cannot resume: dup.yaml is a file, not a run directory"),
+    (["data.name=math", "data.dataset_name=a_folder.json"],
+     "data file 'a_folder.json' is a directory, not a .json file"),
+    # nothing to train: refused before a run directory exists (it would hold no checkpoint)
+    (["--steps", "0"], "--steps must be at least 1, got 0"),
+    (["grpo.max_num_steps=0"], "grpo.max_num_steps=0: nothing to train"),
 ]
 
 
@@ -113,6 +128,11 @@ def test_rlnb_train_bad_input_exits_2_names_it_and_writes_nothing(args, fragment
     write("list.yaml", "- 1\n- 2\n")
     write("broken.yaml", "grpo: [1,\n")
     write("garbage.json", "{not json")
+    write("dup.yaml", "grpo:\n  seed: 1\n  max_num_steps: 4\n  seed: 2\n")
+    write("nemo_child.yaml", "defaults: nemo_parent.yaml\n")
+    write("nemo_parent.yaml", "grpo:\n  seed: 1\n  seed: 2\n")
+    for folder in ("a_folder", "a_folder.json"):
+        Path(folder).mkdir()
     before = files(tmp_path)
     config = args[:1] if not args[0].startswith("-") and "=" not in args[0] else []
     code = main(["train", *config, "--no-progress", *SMALL, *args[len(config):]])
@@ -172,6 +192,11 @@ def damage_no_checkpoints(run):
     shutil.rmtree(run / "checkpoints")
 
 
+def damage_config_repeated_key(run):
+    p = run / "config.yaml"
+    p.write_text(p.read_text() + "grpo:\n  seed: 3\n")  # a second grpo: section, by hand
+
+
 def damage_no_config(run):
     (run / "config.yaml").unlink()
 
@@ -208,6 +233,8 @@ RESUME_ROWS = [
     (damage_rng_missing, [], "rng_state.pt is missing"),
     (damage_no_model, [], "model/ folder is missing"),
     (damage_no_checkpoints, [], "no checkpoint"),
+    (damage_no_checkpoints, [], "config.yaml --run-dir NEW_DIR"),  # the way out
+    (damage_config_repeated_key, [], "config.yaml: key 'grpo' appears twice"),
     (damage_metrics_garbage, [], "metrics.jsonl:6 is not UTF-8 text"),
     (damage_metrics_no_step, [], "metrics.jsonl:6 is not a metrics record"),
     # a damaged rollout chunk: named, with the way out (the resume stops before writing)
@@ -247,6 +274,76 @@ def test_an_existing_run_dir_without_resume_is_refused(a_run, tmp_path, capsys):
     assert main(["train", "--run-dir", str(run), "--no-progress", *SMALL]) == 2
     assert "already holds a run" in capsys.readouterr().err
     assert (run / "metrics.jsonl").read_text() == before  # nothing appended
+
+
+# --- a run directory with no checkpoint (a run stopped early) and a finished one, resumed
+def stopped_in_its_first_step(run):
+    """What a run stopped in its first step leaves: its config and step-0 record, no checkpoint."""
+    for folder in ("checkpoints", "rollouts"):
+        shutil.rmtree(run / folder)
+        (run / folder).mkdir()
+    metrics = run / "metrics.jsonl"
+    metrics.write_text(metrics.read_text().splitlines(keepends=True)[0])
+
+
+def logged(run):
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def snapshot(run):
+    return {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+
+def test_a_run_stopped_in_its_first_step_starts_again_on_resume(a_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(a_run, run)
+    stopped_in_its_first_step(run)
+    step_0 = logged(run)
+    assert main(["train", "--resume", str(run), "--no-progress"]) == 0
+    assert "holds no checkpoint and trained no step: starting it again from step 0" in \
+        capsys.readouterr().out
+    records = logged(run)
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4]  # step 0 once: measured again
+    assert records[0] == step_0[0]  # the same config, the same warm start: the same record
+    assert (run / "checkpoints" / "step_000004").is_dir()
+
+
+def test_a_run_dir_that_trained_no_step_is_reused_without_a_second_step_0(a_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(a_run, run)
+    stopped_in_its_first_step(run)
+    assert main(["train", "--run-dir", str(run), "--no-progress", *SMALL]) == 0
+    assert [r["step"] for r in logged(run)] == [0, 1, 2, 3, 4]
+
+
+def test_a_run_stopped_before_its_first_checkpoint_names_the_way_out(a_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(a_run, run)
+    damage_no_checkpoints(run)  # steps 1-4 logged, no checkpoint
+    before = snapshot(run)
+    assert main(["train", "--resume", str(run), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert f"cannot resume {run}: no checkpoint in {run / 'checkpoints'}, though it logged " \
+           "steps up to 4" in err
+    assert snapshot(run) == before  # nothing written, nothing lost
+    way_out = err.split("rlnb train ")[-1].split()  # [RUN/config.yaml, --run-dir, NEW_DIR]
+    assert way_out == [str(run / "config.yaml"), "--run-dir", "NEW_DIR"], err
+    again = tmp_path / "again"  # and it works
+    assert main(["train", way_out[0], "--run-dir", str(again), "--no-progress"]) == 0
+    assert [r["step"] for r in logged(again)] == [0, 1, 2, 3, 4]
+
+
+def test_resuming_a_finished_run_says_there_is_nothing_to_train(a_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(a_run, run)
+    before = snapshot(run)
+    assert main(["train", "--resume", str(run), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"rlnb train: {run} has trained its 4 steps (grpo.max_num_steps=4): nothing to train; "
+        "raise it (grpo.max_num_steps=N) or pass --steps N to go on"]
+    assert snapshot(run) == before
 
 
 def test_a_failure_after_start_up_leaves_error_txt(tmp_path, monkeypatch, capsys):
@@ -423,6 +520,8 @@ DPO_ROWS = [
      "dpo.pairs.dataset: row 0 has identical chosen and rejected responses"),
     ([*ON_DATASET, "dpo.pairs.dataset=garbage.jsonl"], "could not be read"),
     ([*ON_DATASET, "dpo.pairs.dataset=long.jsonl"], "longer than policy.max_total_sequence_length"),
+    ([*ON_DATASET, "dpo.pairs.dataset=pairs_folder.jsonl"],
+     "dpo.pairs.dataset: a directory, not a file, at 'pairs_folder.jsonl'"),
 ]
 
 
@@ -435,6 +534,7 @@ def test_rlnb_train_bad_dpo_input_exits_2_names_it_and_writes_nothing(args, frag
     write("same.jsonl", json.dumps({**good, "rejected": "3"}))
     write("garbage.jsonl", "{not json\n")
     write("long.jsonl", json.dumps({**good, "prompt": "1+" * 20 + "=", }))
+    Path("pairs_folder.jsonl").mkdir()
     before = files(tmp_path)
     code = main(["train", DPO, "--no-progress", *DPO_SMALL, *args])
     out = capsys.readouterr()
@@ -445,17 +545,28 @@ def test_rlnb_train_bad_dpo_input_exits_2_names_it_and_writes_nothing(args, frag
     assert files(tmp_path) == before
 
 
+def test_preflight_memory_names_a_folder_given_as_its_config(capsys):
+    Path("a_folder").mkdir()
+    assert main(["preflight", "--memory", "a_folder"]) == 2
+    assert capsys.readouterr().err == \
+        "rlnb preflight: config file a_folder is a directory, not a file\n"  # not "not found"
+
+
 # --- rlnb verify
 VERIFY_ROWS = [
     (["not-a-run"], "not a run directory"),
     (["RUN", "--from-step", "3"], "no checkpoint at that step"),
     (["RUN", "--from-step", "2", "--steps", "9"], "nothing to compare"),
+    (["RUN", "--steps", "0"], "--steps must be at least 1, got 0"),
+    (["RUN", "--from-step", "-1"], "--from-step must be at least 0, got -1"),
+    (["a_file"], "a_file is a file, not a run directory"),
 ]
 
 
 @pytest.mark.parametrize(("args", "fragment"), VERIFY_ROWS, ids=lambda x: str(x)[:30])
 def test_rlnb_verify_bad_input(args, fragment, a_run, capsys):
     args = [str(a_run) if a == "RUN" else a for a in args]
+    write("a_file", "not a run")
     assert main(["verify", *args]) == 2
     err = capsys.readouterr().err
     assert fragment in err and "Traceback" not in err, err
@@ -487,6 +598,19 @@ NOTEBOOK_ROWS = [
      "-p loss_fn.ratio_clip_max: Input should be a valid number"),
     (["launch", "--num-processes", "1", "FAKE", "-p", "seed", "abc"],
      "-p seed: 'abc' is not an int"),
+    (["run", "FAKE", "-p", "seed", "{a: 1, a: 2}"], "key 'a' appears twice"),
+    # a folder where the notebook belongs, a file where a folder belongs
+    (["run", "full"], "full is a directory, not a notebook: give the .ipynb file"),
+    (["sweep", "full"], "full is a directory, not a notebook"),
+    (["launch", "--num-processes", "1", "full"], "full is a directory, not a notebook"),
+    (["run", "FAKE", "--run-dir", "README.md"], "README.md is a file, not a directory"),
+    (["sweep", "FAKE", "-p", "seed", "0,1", "--root", "README.md"],
+     "--root README.md is a file, not a directory"),
+    # numbers that must be positive
+    (["sweep", "FAKE", "--jobs", "0"], "--jobs must be at least 1, got 0"),
+    (["sweep", "FAKE", "--cpus-per-run", "0"], "--cpus-per-run must be at least 1"),
+    (["launch", "--num-processes", "1", "--num-machines", "0", "FAKE"],
+     "--num-machines must be at least 1"),
 ]
 
 
@@ -542,6 +666,11 @@ USER_START_ROWS = [
     # refused when the functions are resolved, not at the first step's call
     (["reward_funcs=[MOD:narrow]"], "reward_funcs[0] (narrow) cannot take TRL's keyword "
                                     "arguments: it has no 'prompts' parameter and no **kwargs"),
+    # a folder where a module or a data file belongs
+    (["reward_funcs=[a_folder:good]"], "reward_funcs[0]: 'a_folder' is a directory"),
+    (["reward_funcs=[MOD:good]", "imports=[a_folder]"], "imports: 'a_folder' is a directory"),
+    (["reward_funcs=[MOD:good]", "data.path=rows_folder.jsonl"],
+     "data file 'rows_folder.jsonl' is a directory, not a .jsonl file"),
     (["reward_funcs=[MOD:good, {func: MOD:good, name: g2}]", "grpo.adv_estimator.name=gdpo",
       "grpo.adv_estimator.reward_weights=[1.0]"],
      "grpo.adv_estimator.reward_weights has 1 entries for 2 reward components"),
@@ -552,6 +681,8 @@ USER_START_ROWS = [
 def test_a_users_bad_functions_or_data_at_start_exit_2_and_write_nothing(args, fragment,
                                                                         tmp_path, capsys):
     mod = user_module(tmp_path, "")
+    for folder in ("a_folder", "rows_folder.jsonl"):
+        (tmp_path / folder).mkdir()
     before = files(tmp_path)
     code = main(["train", "--no-progress", *SMALL, *USER,
                  *[a.replace("MOD", mod) for a in args]])

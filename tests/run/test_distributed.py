@@ -1,4 +1,5 @@
-"""Two real ranks (accelerate launch over gloo on CPU): sharding, synced weights, rlnb train, configs."""
+"""Two real ranks (accelerate launch over gloo on CPU): sharding, synced weights, rlnb train, agent
+tasks, configs."""
 
 import json
 
@@ -105,6 +106,52 @@ def test_rlnb_train_under_the_launcher_writes_one_run_dir_from_rank_0(tmp_path):
     assert state["current_step"] == 2 and state["data_position"]["consumed_prompts"] == 8
 
 
+# ---------------------------------------------------------------- agent tasks
+@pytest.mark.slow
+def test_agent_tasks_train_on_two_ranks_with_their_episodes_counted_over_both(tmp_path):
+    """An AgentTask whose ranks make different numbers of generation calls (one rank's episodes
+    take two turns, the other's one) and count different broken episodes; a verifiers tool
+    environment (tests/support/dist_agent_script.py)."""
+    out = tmp_path / "out"
+    proc = launch([str(SUPPORT / "dist_agent_script.py"), str(out)], ROOT, tmp_path / "cache")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    infos = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [i["world_size"] for i in infos] == [2, 2]
+    assert infos[0]["digest"] == infos[1]["digest"]  # the ranks' weights agree
+    turns = [[2 if k != "one" else 1 for k in step] for step in infos[0]["kinds"]], \
+        [[2 if k != "one" else 1 for k in step] for step in infos[1]["kinds"]]
+    assert any(max(a) != max(b) for a, b in zip(*turns)), "no step with unequal generation calls"
+    for step in range(2):
+        kinds = [k for info in infos for k in info["kinds"][step]]
+        for info in infos:  # every rank logs the counts of both ranks' episodes
+            m = info["metrics"][step]
+            assert m["train/agent/broken_episodes"] == kinds.count("edit")
+            assert m["train/global_valid_seqs"] == len(kinds) - kinds.count("edit")
+            assert m["train/mean_turns"] == pytest.approx(
+                sum(1 if k == "one" else 2 for k in kinds) / len(kinds))
+    if "tool_digest" in infos[0]:  # verifiers installed: its tool environment on two ranks
+        assert infos[0]["tool_digest"] == infos[1]["tool_digest"]
+        assert infos[0]["tool_metrics"]["train/agent/failed_episodes"] == 0.0
+
+
+@pytest.mark.slow
+def test_rlnb_train_runs_the_calculator_recipe_on_two_ranks(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    recipe = ROOT / "configs" / "calculator_tiny.yaml"
+    proc = launch(["-m", "rlnb.cli", "train", str(recipe), "sft.enabled=false",
+                   "grpo.val_period=0", "grpo.num_prompts_per_step=4",
+                   "grpo.num_generations_per_prompt=4", "policy.train_global_batch_size=16",
+                   "policy.train_micro_batch_size=8", "--run-dir", "run", "--steps", "2",
+                   "--no-progress"], work, tmp_path / "cache")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = (work / "run" / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(r["train/agent/failed_episodes"] == 0.0 and "train/mean_turns" in r
+               for r in records)
+
+
 # ---------------------------------------------------------------- accelerate config files
 def launch_env(name: str):
     """The launcher's own parsing of a config file: its args, the env it gives each rank, and
@@ -161,7 +208,7 @@ def test_fsdp_config_builds_accelerates_plugin(monkeypatch):
     assert plugin.auto_wrap_policy.__name__ == "transformer_auto_wrap_policy"
     # the class to wrap is the tiny model's block
     from rlnb.engine.models.loading import load_model_and_tokenizer
-    from rlnb.engine.models.policy import PolicyConfig
+    from rlnb.engine.models.policy_config import PolicyConfig
 
     model, _ = load_model_and_tokenizer(PolicyConfig(tiny={"hidden_size": 16, "num_hidden_layers": 1}))
     assert "LlamaDecoderLayer" in {type(m).__name__ for m in model.modules()}

@@ -63,8 +63,13 @@ def test_the_cli_prints_the_diff_and_refuses_a_folder_that_is_no_run(runs, tmp_p
     assert bad.stderr.strip() == f"rlnb diff: {tmp_path}: no config.yaml (not an rlnb run directory)"
     (tmp_path / "config.yaml").write_text("a: [unclosed\n")
     bad = cli(a, tmp_path)
-    assert bad.returncode == 2 and "config.yaml: not YAML" in bad.stderr
+    assert bad.returncode == 2 and "config.yaml is not valid YAML at line 2" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+    (tmp_path / "config.yaml").write_text("grpo:\n  seed: 1\n  seed: 2\n")  # edited by hand
+    bad = cli(a, tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip() == (
+        f"rlnb diff: {tmp_path / 'config.yaml'}: key 'grpo.seed' appears twice, at lines 2 and 3 "
+        "(YAML would keep only the last; OmegaConf refuses it): remove one")
 
 
 def test_another_tools_folder_a_foreign_file_and_runs_with_nothing_in_common(runs, tmp_path,

@@ -18,9 +18,10 @@ from rlnb.engine.trainers.rollout import reward_metrics
 
 pytest.importorskip("ipywidgets")
 pytest.importorskip("plotly")
+from rlnb.engine.trainers.ppo import PPOTrainer  # noqa: E402
 from rlnb.widgets import Dashboard  # noqa: E402
 from rlnb.widgets.inspector import token_html  # noqa: E402
-from rlnb.widgets.panels import PPO_PANELS, band_series, rolling_mean  # noqa: E402
+from rlnb.widgets.panels import band_series, panels_of, rolling_mean  # noqa: E402
 
 SINGLE = Distributed()  # one process: what reward_metrics reduces over
 
@@ -110,7 +111,7 @@ def test_explained_variance_of_a_batch_whose_returns_do_not_vary_is_a_gap():
     assert [returns_vary(r, prefix="critic/") for r in (flat, right, varied)] == [
         False, False, True]
     dash = Dashboard(history=[flat, right, varied])
-    assert dash.panels == PPO_PANELS
+    assert dash.panels == panels_of(PPOTrainer.panels)  # the loop whose panels it holds
     ev = next(t for t in dash.fig.data if t.name == "critic/explained_var")
     assert [math.isnan(y) for y in ev.y] == [True, True, False] and ev.y[2] == pytest.approx(0.75)
     row = next(r for r in dash.last_values() if r["metric"] == "critic/explained_var")

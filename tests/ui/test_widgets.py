@@ -250,6 +250,26 @@ def test_config_panel_applies_between_steps_and_refuses_bad_values():
     assert panel.controls["loss_fn.reference_policy_kl_penalty"].value == 0.0  # reset
 
 
+def test_each_loops_config_panel_shows_the_fields_it_declares():
+    """The panel knows no loop: PPO's shows its critic rate and GAE λ (GRPO's keys would not
+    exist on its config) and applies a change; GRPO's lists its estimators."""
+    from rlnb.engine.trainers.views import COMMON_FIELDS
+    from rlnb.run.config.master_config import packaged_config
+
+    ppo = rlnb.PPOTrainer(rlnb.load_config(packaged_config("ppo_tiny"), ["ppo.val_period=0"],
+                                           preset="fast"))
+    panel = ConfigPanel(ppo)
+    assert list(panel.controls) == [f.key for f in type(ppo).config_fields] == [
+        "policy.optimizer.lr", "value.optimizer.lr", "ppo.adv_estimator.gae_lambda",
+        "loss_fn.ratio_clip_max"]
+    panel.controls["ppo.adv_estimator.gae_lambda"].value = 0.9
+    assert panel.apply() == {"ppo.adv_estimator.gae_lambda": (0.95, 0.9)}
+    assert ppo.config.ppo.adv_estimator.gae_lambda == 0.9
+    grpo = ConfigPanel(make_trainer())
+    assert list(grpo.controls)[:len(COMMON_FIELDS)] == [f.key for f in COMMON_FIELDS]
+    assert "reinforce_plus_plus" in grpo.controls["grpo.adv_estimator.name"].options
+
+
 def test_reconfigure_refuses_keys_that_change_shapes():
     trainer = make_trainer()
     with pytest.raises(ValueError, match="cannot change between steps"):

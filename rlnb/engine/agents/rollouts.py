@@ -24,6 +24,8 @@ Implementation choices:
    a truncated single-turn response is). Marked episodes other than truncated get
    ``sample_mask`` 0.
 4) The loop runs in a thread of its own when the caller already runs one (a notebook cell).
+5) Several processes: each rank runs the episodes of its rows; the trainer sums the counts
+   (``train/agent/*``) over ranks and averages the turns (``agent_metrics``).
 """
 
 from __future__ import annotations
@@ -192,6 +194,25 @@ def run_coroutine(coro):
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+# the counts of ``sample_agent_episodes``' metrics: each rank counts its own episodes
+AGENT_COUNTS = ("train/agent/failed_episodes", "train/agent/truncated_episodes",
+                "train/agent/broken_episodes", "train/agent/malformed_tool_calls",
+                "train/agent/unknown_tool_calls")
+
+
+def agent_metrics(dist, metrics: dict[str, float]) -> dict[str, float]:
+    """A rollout's agent metrics over ranks (choice 5; ``dist``: the trainer's
+    ``Distributed``): the counts summed, ``train/mean_turns`` and
+    ``train/agent/generation_calls`` averaged (every rank runs as many episodes)."""
+    counts = [k for k in AGENT_COUNTS if k in metrics]
+    summed = dist.sum(torch.tensor([metrics[k] for k in counts], dtype=torch.float64))
+    out = dict(zip(counts, summed.tolist()))
+    out.update(dist.mean_dict({k: metrics[k] for k in ("train/mean_turns",
+                                                       "train/agent/generation_calls")
+                               if k in metrics}))
+    return out
 
 
 def sample_agent_episodes(agent: Callable, generator, tokenizer, rows: list[dict], *,

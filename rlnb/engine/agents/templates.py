@@ -19,32 +19,68 @@ Implementation choices:
    generation prompt: sampling from it would continue the user's turn. It is refused.
 3) The embedded tiny model's template is ``models/tiny.py``'s ``TINY_CHAT_TEMPLATE``
    (``policy.tiny.chat_template``).
+4) Messages reach the template as plain dicts whose content is text: a list of text parts is
+   joined by newlines (as vLLM does for a template that reads text), and content of any other
+   kind (an object, a dict, a number, an image part) is refused in one line naming the message,
+   its role and the type, where it would otherwise be rendered as its ``repr``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from rlnb.engine.environments.run_task import loop_section_of
+from rlnb.engine.environments.tasks import check_rollout_turns
 
 ADVICE = ("usual fixes: a template that keeps earlier turns as they were rendered (for Qwen3, one "
           "that keeps past <think> blocks); train each turn as its own sample; or keep reasoning "
           "out of earlier turns")
 
 
-def plain_messages(messages: Sequence[Any]) -> list[dict]:
+def plain_messages(messages: Iterable[Any]) -> list[dict]:
     """Messages as plain dicts: OpenAI message objects (``model_dump``/``to_dict``) and
-    mappings alike, so a template and an equality test read them the same way."""
+    mappings alike, so a template and an equality test read them the same way (choice 4)."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+        raise ValueError(f"messages: a list of messages, got {type(messages).__name__}")
     out = []
     for i, m in enumerate(messages):
         if hasattr(m, "to_dict"):
             m = m.to_dict()
         elif hasattr(m, "model_dump"):
             m = m.model_dump(exclude_none=True)
-        if not isinstance(m, Mapping) or "role" not in m:
-            raise ValueError(f"messages[{i}]: a message is a mapping with a 'role', got {m!r}")
-        out.append({k: v for k, v in dict(m).items() if v is not None})
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+            raise ValueError(f"messages[{i}]: a message is a mapping with a 'role' (a string), "
+                             f"got {m!r}")
+        m = {k: v for k, v in dict(m).items() if v is not None}
+        if isinstance(m.get("tool_calls"), list):  # a reply's call objects in a dict of one's own
+            m["tool_calls"] = [c.model_dump(exclude_none=True) if hasattr(c, "model_dump") else c
+                               for c in m["tool_calls"]]
+        if "content" in m:
+            m["content"] = content_text(m["content"], f"messages[{i}] ({m['role']})")
+        out.append(m)
     return out
+
+
+def content_text(content: Any, where: str) -> str:
+    """A message's content as the template's text (choice 4): a string, or a list of text parts
+    joined by newlines; anything else is refused, as OpenAI's client refuses it."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ValueError(f"{where}: content is a {type(content).__name__}, not a string or a list "
+                         "of content parts; give the text (json.dumps a structured tool result)")
+    texts = []
+    for j, part in enumerate(content):
+        if hasattr(part, "model_dump"):
+            part = part.model_dump(exclude_none=True)
+        kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+        if kind != "text" or not isinstance(part.get("text"), str):
+            raise ValueError(f"{where}: content[{j}] is a {kind!r} part; the policy reads text "
+                             "parts ({'type': 'text', 'text': ...}) only")
+        texts.append(part["text"])
+    return "\n".join(texts)
 
 
 def render(tokenizer, messages: Sequence[Any], tools: list | None = None, *,
@@ -160,11 +196,18 @@ def check_agent_task(task, tokenizer, config) -> None:
     """What a run with an agent task (one whose ``agent`` drives the turns) needs, checked when
     the trainer is built: the environment is the task itself, and the template has a generation
     prompt and is prefix-preserving on the task's conversation shapes (``probe_conversations``,
-    default ``PROBE_CONVERSATIONS``), unless ``task.prefix_check`` is False."""
+    default ``PROBE_CONVERSATIONS``), unless ``task.prefix_check`` is False; and the loop's
+    ``max_rollout_turns`` gives the task the turns it needs (``Task.turns_needed``)."""
     env = getattr(getattr(config, "env", None), "name", "task")
     if env != "task":
         raise ValueError(f"env.name={env!r}: task {task.name!r} runs its own agent episodes; use "
                          "env.name=task")
+    loop = loop_section_of(config)
+    if loop is not None:  # a task handed over in Python: the turns it needs (data's: at load)
+        section = getattr(loop, "section", None) or getattr(config, "algorithm", "grpo")
+        check_rollout_turns(type(task), task, getattr(loop, "max_rollout_turns", 1),
+                            f"{section}.max_rollout_turns",
+                            settable="max_rollout_turns" in getattr(type(loop), "model_fields", {}))
     if getattr(task, "prefix_check", True):
         check_before_training(tokenizer, getattr(task, "probe_conversations", None),
                               getattr(task, "tools", None))

@@ -45,9 +45,10 @@ Implementation choices:
    model: verifiers' multi-turn environments) plays through its one seat in process
    (``verifiers_env.py``), each turn a segment of the same loop (``verifiers_loop.py``).
 6) Refused when the task is built, naming the hook: what rlnb's loop does not run and would
-   otherwise skip silently -- ``@vf.intercept`` hooks, ``@vf.stop`` hooks on a request or a
-   response, toolsets that keep state across calls (verifiers' state channel), and what the
-   single-turn path refuses (rewards needing a runtime, judges).
+   otherwise skip silently -- ``@vf.stop`` hooks on a request or a response, toolsets that keep
+   state across calls (verifiers' state channel), and what the single-turn path refuses too
+   (``@vf.intercept`` and lifecycle hooks, rewards needing a runtime, judges:
+   ``VerifiersTask``).
 """
 
 from __future__ import annotations
@@ -66,13 +67,9 @@ def check_hooks(task, taskset, env_id: str) -> None:
     from verifiers.v1.session import hook_boundary
     from verifiers.v1.state import State
     from verifiers.v1.trace import Trace
-    from verifiers.v1.utils.decorators import discover_decorated
     from verifiers.v1.utils.generic import concrete_type
 
-    for fn in discover_decorated(task, "intercept"):
-        raise ValueError(f"verifiers environment {env_id!r}: @vf.intercept {fn.__name__!r} "
-                         "rewrites model calls at verifiers' interception server, which rlnb's "
-                         "in-process loop does not run")
+    # (@vf.intercept hooks and lifecycle hooks: refused on both paths, VerifiersTask._check_hooks)
     for fn in task.hooks("stop"):
         if hook_boundary(fn, allow_trace=True) is not Trace:
             raise ValueError(f"verifiers environment {env_id!r}: @vf.stop {fn.__name__!r} "

@@ -13,6 +13,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from rlnb.engine.data import views
+
 
 @dataclass
 class RolloutBatch:
@@ -66,52 +68,12 @@ class RolloutBatch:
     def group_size(self) -> int:
         return int(torch.bincount(self.group).max()) if len(self) else 0
 
-    def zero_signal_groups(self) -> list[int]:
-        """Groups whose rewards are all equal: no learning signal for GRPO."""
-        out = []
-        for g in self.group.unique().tolist():
-            r = self.rewards[self.group == g]
-            if bool((r == r[0]).all()):
-                out.append(g)
-        return out
 
-    def to_frame(self):
-        """One row per response: prompt, response, reward, correct, length, truncated."""
-        import pandas as pd
-
-        return pd.DataFrame(
-            {
-                "group": self.group.tolist(),
-                "prompt": self.prompts,
-                "response": self.responses,
-                "answer": [r.get("answer") for r in self.rows],
-                "reward": self.rewards.tolist(),
-                "correct": self.correct.tolist(),
-                "length": self.response_lengths.tolist(),
-                "truncated": self.truncated.tolist(),
-                **{f"reward/{k}": v.tolist() for k, v in self.reward_components.items()},
-            }
-        )
-
-    def summary(self) -> str:
-        n_groups = int(self.group.max()) + 1 if len(self) else 0
-        lines = [
-            f"RolloutBatch(step={self.step}): {len(self)} responses = {n_groups} prompts x "
-            f"{self.group_size}",
-            f"  reward mean {self.rewards.mean():.3f}   accuracy {self.correct.float().mean():.3f}"
-            f"   mean length {self.response_lengths.float().mean():.1f}   truncated "
-            f"{int(self.truncated.sum())}",
-            f"  groups with no learning signal: {len(self.zero_signal_groups())}/{n_groups}",
-        ]
-        for i in range(min(3, len(self))):
-            lines.append(
-                f"  [{i}] {self.prompts[i]!r} -> {self.responses[i]!r}  "
-                f"reward {self.rewards[i]:.2f}"
-            )
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        return self.summary()
+    # a notebook's views of the batch (views.py): one row per response, a few readable lines
+    zero_signal_groups = views.zero_signal_groups
+    to_frame = views.rollout_frame
+    summary = views.rollout_summary
+    __repr__ = views.summary_of  # a subclass's own summary too
 
 
 @dataclass
@@ -165,25 +127,10 @@ class AdvantageBatch:
             data["reference_policy_logprobs"] = r.reference_logprobs
         return data
 
-    def to_frame(self):
-        frame = self.rollout.to_frame()
-        frame["shaped_reward"] = self.rewards.tolist()
-        frame["baseline"] = self.baseline.tolist()
-        frame["std"] = self.std.tolist()
-        frame["advantage"] = self.sequence_advantages().tolist()
-        frame["kept"] = self.kept.tolist()
-        return frame
 
-    def summary(self) -> str:
-        a = self.sequence_advantages()
-        return (
-            f"AdvantageBatch({self.estimator}, step={self.rollout.step}): {len(self)} rows, "
-            f"{int(self.kept.sum())} kept\n  advantage mean {a.mean():+.3f}  min {a.min():+.3f}"
-            f"  max {a.max():+.3f}   rows with zero advantage {int((a == 0).sum())}"
-        )
-
-    def __repr__(self) -> str:
-        return self.summary()
+    to_frame = views.advantage_frame
+    summary = views.advantage_summary
+    __repr__ = views.summary_of  # a subclass's own summary too
 
 
 @dataclass
@@ -198,13 +145,9 @@ class UpdateResult:
     KEYS: ClassVar[tuple[str, ...]] = ("train/loss", "train/probs_ratio", "train/kl_penalty",
                                        "train/grad_norm", "train/approx_entropy")
 
-    def summary(self) -> str:
-        m = self.metrics
-        shown = "  ".join(f"{k.removeprefix('train/')} {m[k]:.4g}" for k in self.KEYS if k in m)
-        return f"UpdateResult(step={self.step}{', dry run' if self.dry_run else ''}): {shown}"
 
-    def __repr__(self) -> str:
-        return self.summary()
+    summary = views.update_summary
+    __repr__ = views.summary_of  # a subclass's own summary too
 
 
 class StepMetrics(dict):

@@ -76,7 +76,8 @@ def load_pair_rows(source, where: str = "pairs") -> list[dict[str, Any]]:
 
         path = Path(source).expanduser()
         if path.suffix.lower() in (".json", ".jsonl", ".parquet") and not path.is_file():
-            raise ValueError(f"{where}: no file at {str(source)!r}")
+            what = "a directory, not a file," if path.is_dir() else "no file"
+            raise ValueError(f"{where}: {what} at {str(source)!r}")
         try:
             return [dict(r) for r in load_rows(str(source))]
         except FileNotFoundError as err:

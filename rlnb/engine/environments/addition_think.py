@@ -32,8 +32,8 @@ class AdditionThinkTask(AdditionTask):
             4, ge=0, description="longest filler ('.' run) in the warm start's demonstrations "
             "(the reward accepts any length)")
 
-    def __init__(self, max_operand: int = 50, max_filler: int = 4, num_val: int = 200,
-                 seed: int = 0):
+    def __init__(self, max_operand: int, max_filler: int, num_val: int,
+                 seed: int):
         if max_filler < 0:
             raise ValueError(f"task 'addition_think': max_filler must be >= 0, got {max_filler}")
         self.max_filler = max_filler

@@ -23,7 +23,7 @@ Implementation choices:
 5) A task owns its settings: its ``Settings`` class attribute, a pydantic model (``TaskSettings``,
    the held-out rows every built-in task has, or a subclass with the task's own keys), whose
    fields are the ``data`` keys it reads beside ``data.name``, each handed to its constructor by
-   name (``tasks.py``).
+   name (``tasks.py``); their defaults are written there only (``task_settings.py``).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import torch
-from pydantic import Field
 
 from rlnb.config import Config
+from rlnb.engine.environments.task_settings import TaskSettings, take_defaults
 
 
 @dataclass
@@ -166,20 +166,16 @@ class Environment(ABC):
         return StepResult(rewards=rewards, done=[True] * len(rows), observations=[None] * len(rows))
 
 
-class TaskSettings(Config):
-    """The ``data`` settings of a task (choice 5): these two, how many rows are held out and
-    which, are every built-in task's; a task with keys of its own subclasses this."""
-
-    num_val: int = Field(200, ge=1, description="number of held-out validation rows")
-    seed: int = Field(0, description="chooses the held-out validation problems")
-
-
 class Task(Environment):
     """An environment that also provides its rows: ``train_rows`` and held-out ``val_rows``.
     ``Settings`` are the ``data`` keys its constructor takes (choice 5)."""
 
     name = "task"
     Settings: type[Config] = TaskSettings
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        take_defaults(cls)  # its settings' defaults are its Settings' (task_settings.py)
 
     @abstractmethod
     def train_rows(self, n: int, seed: int = 0) -> list[dict]:
@@ -192,6 +188,14 @@ class Task(Environment):
     def demonstration(self, row: dict) -> str:
         """What the warm start trains on for ``row`` (``row_demonstration``)."""
         return row_demonstration(row)
+
+    @classmethod
+    def turns_needed(cls, settings) -> tuple[int, str]:
+        """The fewest model turns an episode needs under ``settings`` (the task's ``Settings``,
+        the ``data`` section, or the task itself: they hold the same names), and why: a
+        ``max_rollout_turns`` below it is refused when the config loads
+        (``tasks.check_rollout_turns``). One, for a single-turn task."""
+        return 1, ""
 
 
 def row_demonstration(row: dict) -> str:

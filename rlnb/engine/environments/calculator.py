@@ -20,7 +20,10 @@ Implementation choices:
 2) ``calc`` evaluates ``a op b`` for integers and ``+ - *`` only (no ``eval``); anything else is
    answered ``error: ...``, as is a call to another tool, so the agent never raises on the
    model's mistakes.
-3) An episode makes at most ``max_tool_calls`` tool calls, then its last reply is the answer.
+3) An episode makes at most ``max_tool_calls`` tool calls, then its last reply is the answer:
+   it needs ``max_tool_calls + 1`` model turns, and a smaller ``grpo.max_rollout_turns`` is
+   refused when the config loads (``turns_needed``): every episode that used its calls would
+   end truncated with reward 0.
 """
 
 from __future__ import annotations
@@ -79,8 +82,8 @@ class CalculatorTask(GeneratedTask):
             "share of warm-start demonstrations that call the tool"))
         max_tool_calls: int = Field(1, ge=0, description="tool calls an episode may make")
 
-    def __init__(self, digits: int = 2, tool_demos: float = 0.3, max_tool_calls: int = 1,
-                 num_val: int = 200, seed: int = 0):
+    def __init__(self, digits: int, tool_demos: float, max_tool_calls: int,
+                 num_val: int, seed: int):
         self.digits, self.tool_demos, self.max_tool_calls = digits, tool_demos, max_tool_calls
         self.answer_pattern = re.compile(r"-?\d+")
         super().__init__(num_val=num_val, seed=seed)
@@ -98,6 +101,13 @@ class CalculatorTask(GeneratedTask):
 
     def key(self, row: dict) -> str:
         return row["question"]
+
+    @classmethod
+    def turns_needed(cls, settings) -> tuple[int, str]:
+        """Choice 3: ``max_tool_calls`` tool calls, then the answer in a turn of its own."""
+        calls = settings.max_tool_calls
+        return calls + 1, (f"data.max_tool_calls={calls}: that many tool calls, then the answer "
+                           "in a turn of its own")
 
     def demonstration(self, row: dict) -> str:
         """Choice 1: a tool call, its result and the answer, or the answer alone."""

@@ -41,7 +41,7 @@ class GeneratedTask(Task):
 
     answer_pattern: re.Pattern
 
-    def __init__(self, num_val: int = 200, seed: int = 0):
+    def __init__(self, num_val: int, seed: int):
         if not 1 <= num_val < self.num_problems:
             raise ValueError(
                 f"task {self.name!r}: num_val must be in [1, {self.num_problems}) (the number "
@@ -103,7 +103,7 @@ class AdditionTask(GeneratedTask):
 
         max_operand: int = Field(50, ge=1, description="operands are 0..max_operand")
 
-    def __init__(self, max_operand: int = 50, num_val: int = 200, seed: int = 0):
+    def __init__(self, max_operand: int, num_val: int, seed: int):
         if max_operand < 1:
             raise ValueError(f"task 'addition': max_operand must be >= 1, got {max_operand}")
         self.max_operand = max_operand

@@ -36,6 +36,8 @@ def _local_file(source: str) -> Path | None:
     """``source`` as a local data file, ``None`` if it names a hub data set (or a folder)."""
     path = Path(source).expanduser()
     if path.suffix.lower() in LOCAL_SUFFIXES:
+        if path.is_dir():
+            raise ValueError(f"data file {str(path)!r} is a directory, not a {path.suffix} file")
         if not path.is_file():
             raise FileNotFoundError(f"data file {str(path)!r} does not exist")
         return path
@@ -141,14 +143,14 @@ class MathTask(Task):
     def __init__(
         self,
         dataset_name: str,
-        dataset_config: str | None = None,
-        split: str = "train",
-        val_split: str | None = None,
-        prompt_key: str | None = None,
-        answer_key: str = "answer",
-        num_val: int = 200,
-        seed: int = 0,
-        verifier: str = "math_verify",
+        dataset_config: str | None,
+        split: str,
+        val_split: str | None,
+        prompt_key: str | None,
+        answer_key: str,
+        num_val: int,
+        seed: int,
+        verifier: str,
     ):
         if num_val < 1:
             raise ValueError(f"task 'math': num_val must be >= 1, got {num_val}")

@@ -177,10 +177,10 @@ class ReasoningGymTask(Task):
                                      f"{', '.join(missing)}")
             return self
 
-    def __init__(self, datasets: str | list | dict = "spell_backward", reward: str = "score",
-                 answer_format: str = "answer_tag", system_prompt: str | None = "default",
-                 curriculum: CurriculumSettings | dict = NO_CURRICULUM,
-                 num_val: int = 200, seed: int = 0):
+    def __init__(self, datasets: str | list | dict, reward: str,
+                 answer_format: str, system_prompt: str | None,
+                 curriculum: CurriculumSettings | dict,
+                 num_val: int, seed: int):
         settings = self.Settings(datasets=datasets, reward=reward, answer_format=answer_format,
                                  system_prompt=system_prompt, curriculum=curriculum,
                                  num_val=num_val, seed=seed)

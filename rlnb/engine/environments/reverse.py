@@ -34,7 +34,7 @@ class ReverseTask(GeneratedTask):
                 raise ValueError(f"must be >= min_len ({low})")
             return v
 
-    def __init__(self, min_len: int = 3, max_len: int = 6, num_val: int = 200, seed: int = 0):
+    def __init__(self, min_len: int, max_len: int, num_val: int, seed: int):
         if not 1 <= min_len <= max_len:
             raise ValueError(
                 f"task 'reverse': need 1 <= min_len <= max_len, got min_len={min_len}, "

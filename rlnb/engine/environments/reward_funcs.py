@@ -122,6 +122,10 @@ def resolve(ref: str, where: str) -> Callable:
     except Exception as err:  # the user's module: any error means "does not import"
         raise ValueError(f"{where}: cannot import {module_name!r} for {ref!r} "
                          f"({type(err).__name__}: {err})") from None
+    if getattr(module, "__file__", None) is None and hasattr(module, "__path__"):
+        folder = list(module.__path__)[0]
+        raise ValueError(f"{where}: {module_name!r} is a directory ({folder}), not a module: "
+                         f"name the module file in it ({module_name}.<file>:{attr})")
     obj = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)

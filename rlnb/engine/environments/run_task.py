@@ -15,7 +15,8 @@ Implementation choices:
    resume) in the same notebook is handed the same objects again.
 3) What would fail at the first step fails here instead: prompts of chat messages with a
    tokenizer that has no chat template, rows without a reward, ``data.correct_reward`` with no
-   reward function, reward functions in a multi-turn rollout.
+   reward function, reward functions in a multi-turn rollout, validation on a task with no
+   held-out rows (``check_held_out_rows``, which the trainer runs once the task is built).
 """
 
 from __future__ import annotations
@@ -176,6 +177,20 @@ def _verifiers_task(config, tokenizer, environment):
                          f"prompt, or messages), but the tokenizer ({type(tokenizer).__name__}) "
                          "has no chat template: use a model whose tokenizer has one")
     return task
+
+
+def check_held_out_rows(task, key: str, period: int | None = None) -> None:
+    """Refuse validation (``key``: ``grpo.val_period`` = ``period`` > 0, or a direct call) on a
+    task with no held-out rows (an ``AgentTask`` built without ``val=``), naming the ways out."""
+    if period == 0 or task.val_rows(1):  # (0: the loop never validates)
+        return
+    need = (f"{key}={period} validates on them every {period} steps" if period
+            else f"{key} needs them")
+    off = f", or set {key}=0 to train without validation" if period else ""
+    raise ValueError(f"task {getattr(task, 'name', type(task).__name__)!r} has no held-out rows, "
+                     f"but {need}: give the task held-out rows (rlnb.AgentTask(agent, "
+                     "train=rows, val=held_out_rows); a data set: eval_dataset= or "
+                     f"data.val_split){off}")
 
 
 def loop_section_of(config):

@@ -195,6 +195,22 @@ def _not_owned(name: str, key: str) -> str:
     return f"unknown key{hint} task {name!r} takes {', '.join(takes)}"
 
 
+def check_rollout_turns(task_cls: type[Task], settings, turns: int, key: str,
+                        settable: bool = True) -> None:
+    """Refuse ``key`` (``grpo.max_rollout_turns``) = ``turns`` below what the task needs
+    (``Task.turns_needed``; ``settings``: its ``data`` section, or the task itself); a loop
+    whose turns are fixed (DPO's one) is named as such (``settable`` False)."""
+    need, why = task_cls.turns_needed(settings)
+    if turns >= need:
+        return
+    if not settable:
+        raise ValueError(f"the {key.split('.')[0]} loop samples {turns} model turn per episode, "
+                         f"but task {task_cls.name!r} needs {need} ({why}): change that "
+                         "setting, or train the task with grpo or ppo")
+    raise ValueError(f"{key}={turns}, but task {task_cls.name!r} needs {need} model turns per "
+                     f"episode ({why}): set {key}={need} or more")
+
+
 def build_task(config: TaskConfig | dict | None = None) -> Task:
     """The task a ``TaskConfig`` (or a plain dict, or ``None`` for the default) describes."""
     cfg = parse_config(TaskConfig, config, "task")

@@ -43,6 +43,8 @@ def read_file(path: str | Path) -> list[dict]:
     """The rows of a ``.jsonl``/``.json``/``.parquet``/``.csv`` file, or of a folder written by
     ``Dataset.save_to_disk`` (a ``DatasetDict`` folder gives ``{split: rows}``)."""
     path = Path(path).expanduser()
+    if path.is_dir() and path.suffix.lower() in SUFFIXES:  # rows.jsonl/: a folder by mistake
+        raise ValueError(f"data file {str(path)!r} is a directory, not a {path.suffix} file")
     if path.is_dir():
         from datasets import load_from_disk
 
@@ -206,10 +208,10 @@ class DatasetTask(Task):
         val_fraction: float | None = Field(
             None, gt=0, lt=1, description="hold out this share of the rows instead of num_val")
 
-    def __init__(self, path: str | None = None, split: str = "train",
-                 val_split: str | None = None, prompt_key: str | None = None,
-                 answer_key: str = "answer", num_val: int = 200,
-                 val_fraction: float | None = None, seed: int = 0):
+    def __init__(self, path: str | None, split: str,
+                 val_split: str | None, prompt_key: str | None,
+                 answer_key: str, num_val: int,
+                 val_fraction: float | None, seed: int):
         if path is None:
             raise ValueError("data.name=dataset needs data.path (a .jsonl/.json/.parquet/.csv "
                              "file), or the data in Python: GRPOTrainer(config, train_dataset=..., "

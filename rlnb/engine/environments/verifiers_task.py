@@ -32,8 +32,11 @@ Implementation choices:
    GDPO normalises each); the total is Σ weight · score, verifiers' own ``trace.reward``.
    Weight-0 rewards and metrics are logged as ``train/<name>`` (their batch mean).
 4) What would be wrong silently is refused when the task is built: rewards or judges that need a
-   runtime or a model (verifiers would skip them offline), a taskset with no tasks. A reward that
-   raises or returns something not a finite number is named with the row and its prompt.
+   runtime or a model (verifiers would skip them offline), ``@vf.intercept`` hooks, lifecycle
+   hooks (``setup``, ``finalize``, ``stage_verifier``) and ``NEEDS_CONTAINER`` (rlnb runs
+   neither an interception server nor a runtime: they would never be called), a taskset with
+   no tasks. A reward that raises or returns something not a finite number is named with the
+   row and its prompt.
 5) ``data.correct_reward`` names the reward whose score at least ``data.correct_threshold``
    is correct (or ``total``, the weighted sum); without it the task has no notion of correct
    and no accuracy metrics, as with a user's reward functions.
@@ -57,6 +60,13 @@ from rlnb.engine.environments.reward_task import RowsOf
 from rlnb.engine.environments.user_data import DatasetTask
 
 WHAT = "data.name: verifiers"
+# an env seat's settings (verifiers' AgentConfig) and what stands for each in rlnb's run
+SEAT_SETTINGS = {"sampling": "policy.generation: the policy's own sampling",
+                 "max_turns": "grpo.max_rollout_turns",
+                 "max_input_tokens": "policy.max_total_sequence_length",
+                 "max_output_tokens": "policy.generation.max_new_tokens",
+                 "max_total_tokens": "policy.max_total_sequence_length",
+                 "model": "the policy being trained", "client": "the in-process client"}
 
 
 def _vf():
@@ -105,7 +115,8 @@ def env_of(environment):
     """A ``vf.Env`` whose own ``run`` drives its episodes (a game, an engine answering the
     model), or None for a taskset or a ``SingleAgentEnv``. Refused: an env with several seats
     (a simulated user, a judge: each a conversation of its own, not one trainable sample), a
-    ``finalize`` of its own, or a seat on a harness other than ``null``."""
+    ``finalize`` of its own, a seat on a harness other than ``null``, or a seat that sets what
+    rlnb's run decides (``SEAT_SETTINGS``: its sampling, turn and token limits, model)."""
     vf = _vf()
     if not isinstance(environment, vf.Env):
         return None
@@ -123,6 +134,12 @@ def env_of(environment):
                          f"{agent.harness.id!r}, a program with tools of its own in a runtime, "
                          "which rlnb does not run; rlnb runs the tool-less chat loop (harness "
                          "'null') with the taskset's toolsets")
+    for key, ours in SEAT_SETTINGS.items():  # what the seat would set and rlnb's loop never reads
+        value = getattr(agent, key, None)
+        if value is not None and (not hasattr(value, "model_dump") or value.model_dump(
+                exclude_none=True)):
+            raise ValueError(f"environment= {name}: its seat {seat!r} sets {key}, which rlnb's "
+                             f"loop does not read (rlnb's is {ours}); leave it unset")
     if type(environment).finalize is not vf.Env.finalize:
         raise ValueError(f"environment= {name} has a finalize of its own (cross-agent "
                          "judgement over a finished episode), which rlnb does not run")
@@ -166,8 +183,8 @@ class VerifiersTask(RowsOf):
         max_rows: int | None = Field(None, ge=2, description="read at most this many tasks "
                                      "(needed for an infinite taskset)")
 
-    def __init__(self, env_id: str | None = None, env_args: dict | None = None,
-                 max_rows: int | None = None, num_val: int = 200, seed: int = 0):
+    def __init__(self, env_id: str | None, env_args: dict | None,
+                 max_rows: int | None, num_val: int, seed: int):
         if env_id is None:
             raise ValueError("data.env_id: name an installed verifiers environment, or pass the "
                              "environment in Python (GRPOTrainer(config, environment=...))")
@@ -225,16 +242,31 @@ class VerifiersTask(RowsOf):
         self._plans: dict[tuple, tuple[list, list]] = {}
 
     def _check_hooks(self, task) -> None:
-        """Refuse what verifiers would skip offline (choice 4)."""
+        """Refuse what verifiers would skip offline, and what rlnb's loops never run (choice
+        4), on the single-turn path and the agent path alike."""
+        from verifiers.v1.utils.decorators import discover_decorated
+
+        vf, where = _vf(), f"verifiers environment {self.env_id!r}"
         for kind in ("reward", "metric"):
             for fn in task.hooks(kind):
                 if _needs_runtime(fn):
-                    raise ValueError(f"verifiers environment {self.env_id!r}: {kind} "
-                                     f"{fn.__name__!r} needs a runtime (a sandbox), which rlnb "
-                                     "does not run; it would be skipped")
+                    raise ValueError(f"{where}: {kind} {fn.__name__!r} needs a runtime (a "
+                                     "sandbox), which rlnb does not run; it would be skipped")
         if task.config.judges:
-            raise ValueError(f"verifiers environment {self.env_id!r}: its judges need a model "
-                             "endpoint, which rlnb does not run in scoring")
+            raise ValueError(f"{where}: its judges need a model endpoint, which rlnb does not "
+                             "run in scoring")
+        for fn in discover_decorated(task, "intercept"):
+            raise ValueError(f"{where}: @vf.intercept {fn.__name__!r} rewrites model calls at "
+                             "verifiers' interception server, which rlnb's in-process sampling "
+                             "does not run; it would never be called")
+        for hook in ("setup", "finalize", "stage_verifier"):
+            if getattr(type(task), hook) is not getattr(vf.Task, hook):
+                raise ValueError(f"{where}: {type(task).__name__}.{hook} is a lifecycle hook "
+                                 "of verifiers' runtime (a sandbox), which rlnb does not run; "
+                                 "it would never be called")
+        if type(task).NEEDS_CONTAINER:
+            raise ValueError(f"{where}: {type(task).__name__}.NEEDS_CONTAINER is set: its "
+                             "episodes need a container, which rlnb does not run")
 
     @property
     def multi_turn(self) -> bool:

@@ -27,8 +27,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from math import comb
 
-from rlnb.engine.trainers.base import isolated_rng
 from rlnb.engine.trainers.rollout import sample_and_score
+from rlnb.engine.trainers.validation import isolated_rng
 
 GROUP_SIZES = (2, 4, 8, 16)
 

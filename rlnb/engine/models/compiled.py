@@ -13,7 +13,9 @@ Implementation choices:
 1) Two functions are compiled, each with ``fullgraph=True`` so that a graph break is an error,
    not a silent split: where compiling fails (an untraceable construct in a model's forward, no
    C++ compiler), the policy runs eager from then on (both paths), after one logged line saying
-   why (``compile/eager`` is then 1). Not caught: a failure in compiling the backward, which
+   why (``compile/eager`` is then 1): the update then takes the policy's plain path
+   (``Policy.forward_rows``: the shared-prefix pass where it applies), the numbers of a policy
+   built without ``policy.compile``. Not caught: a failure in compiling the backward, which
    AOTAutograd does at the first ``backward()`` when shapes are dynamic (the forward compiled by
    then, so the compiler works).
 2) Shapes vary (response lengths, rows that end, validation batches): the update's rows and
@@ -146,8 +148,9 @@ class CompiledFunction:
     """
 
     def __init__(self, name: str, fn: Callable, backend: str, mark: Callable,
-                 fallback: Fallback):
+                 fallback: Fallback, eager: Callable | None = None):
         self.name, self.fn, self.mark, self.fallback = name, fn, mark, fallback
+        self.eager_fn = eager or fn  # what runs instead once compiling failed
         self.graphs = 0  # graphs compiled (the first compile and every recompile)
         self.seconds = 0.0  # wall time of the calls that compiled
         self.eager = False
@@ -161,7 +164,7 @@ class CompiledFunction:
 
     def __call__(self, *args):
         if self.eager:
-            return self.fn(*args)
+            return self.eager_fn(*args)
         self.mark(*args)
         from torch._dynamo.exc import TorchDynamoException
 
@@ -172,7 +175,7 @@ class CompiledFunction:
         except TorchDynamoException as err:  # tracing or the backend failed: nothing ran
             self.eager = True
             self.fallback.fall_back(f"compiling the {self.name} failed: {_first_line(err)}")
-            return self.fn(*args)
+            return self.eager_fn(*args)
         finally:
             _active.fn = None
         if self.graphs > graphs:
@@ -188,7 +191,15 @@ def _dynamic(tensor, *dims: int) -> None:
         torch._dynamo.maybe_mark_dynamic(tensor, d)
 
 
-def _mark_update(model, input_ids, attention_mask) -> None:
+def full_pass(policy) -> Callable:
+    """The update's compiled function: the full pass of every row (the shared-prefix pass's
+    ``torch.unique`` and cache are not compiled), with ``update_forward``'s arguments."""
+    def update(model, input_ids, attention_mask, token_mask=None):
+        return policy.forward_logprobs(model, input_ids, attention_mask)
+    return update
+
+
+def _mark_update(model, input_ids, attention_mask, token_mask=None) -> None:
     _dynamic(input_ids, 0, 1)  # [B, S]: rows and sequence length vary between batches
     _dynamic(attention_mask, 0, 1)
 
@@ -220,9 +231,9 @@ class CompiledPolicy:
         if policy.dist.world_size > 1:  # choice 6
             self.fallback.fall_back(f"{policy.dist.world_size} processes (DDP) are not compiled")
             return
-        if cfg.update:
-            self.update = CompiledFunction("update", policy.forward_logprobs, cfg.backend,
-                                           _mark_update, self.fallback)
+        if cfg.update:  # called as the policy's update_forward; eager: its plain path
+            self.update = CompiledFunction("update", full_pass(policy), cfg.backend,
+                                           _mark_update, self.fallback, eager=policy.forward_rows)
         if cfg.generation:  # the hf backend's loop sampler (checked at load)
             self.decode = CompiledFunction("decode step", decode_step, cfg.backend,
                                            _mark_decode, self.fallback)

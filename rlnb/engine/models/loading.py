@@ -69,6 +69,9 @@ def load_base(cfg, seed: int):
 
     name = cfg.model_name
     looks_local = name.startswith((".", "/", "~")) or Path(name).expanduser().exists()
+    if looks_local and Path(name).expanduser().is_file():
+        raise ValueError(f"policy.model_name: {name!r} is a file, not a model folder (the folder "
+                         "holding config.json and the weights)")
     if looks_local and not Path(name).expanduser().is_dir():
         raise ValueError(f"policy.model_name: no model folder at {name!r}")
     try:

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlnb.engine.models.lora import add_adapters, trainable_parameters
+from rlnb.engine.models.lora import add_adapters
 from rlnb.engine.models.shared_prefix import MIN_SAVING
 
 GIB = 2**30
@@ -81,7 +81,7 @@ class ModelShape:
         kv = getattr(c, "num_key_value_heads", None) or heads
         return cls(
             parameters=sum(p.numel() for p in model.parameters()),
-            trainable=sum(p.numel() for p in trainable_parameters(model)),
+            trainable=sum(p.numel() for p in model.parameters() if p.requires_grad),
             vocab_size=model.get_output_embeddings().weight.shape[0],
             num_layers=c.num_hidden_layers, hidden_size=c.hidden_size,
             q_width=heads * head_dim, kv_width=kv * head_dim,

@@ -30,7 +30,8 @@ from pydantic import Field
 from rlnb.algorithms.gae import shift_values
 from rlnb.config import Config
 from rlnb.engine.models.lora import merged_copy
-from rlnb.engine.models.policy import OptimizerConfig, Policy, position_ids_from_mask
+from rlnb.engine.models.policy import Policy, position_ids_from_mask
+from rlnb.engine.models.policy_config import OptimizerConfig
 
 
 class ValueConfig(Config):

@@ -1,6 +1,9 @@
 """The advantage stage's inputs, made from a rollout batch: its rewards scaled then shaped, its
-sample mask filtered. GRPO's and PPO's ``compute_advantages`` call both; DAPO's dynamic sampling
-(``dynamic_sampling.py``) shapes each generated batch's rewards to judge its groups.
+sample mask filtered, and which of its groups carry a signal (rewards that differ within the
+group, the only ones a group baseline turns into nonzero advantages). GRPO's and PPO's
+``compute_advantages`` call the first two; DAPO's dynamic sampling (``dynamic_sampling.py``)
+shapes each generated batch's rewards and keeps the groups with signal; the rollout's
+``train/groups_with_signal`` and the sample funnel count them.
 
     rewards, components = shaped_rewards(loop, batch.rewards, batch.reward_components,
                                          batch.truncated, batch.response_lengths)
@@ -45,3 +48,22 @@ def filtered_sample_mask(loop, batch: RolloutBatch, rewards: torch.Tensor
             rewards, seq_logprob_error_threshold=loop.seq_logprob_error_threshold)
         metrics.update({f"train/{k}": v for k, v in err.items()})
     return sample_mask, metrics
+
+
+def groups_with_signal(group: torch.Tensor, rewards: torch.Tensor) -> tuple[int, int]:
+    """``(groups whose rewards are not all equal, groups)`` for group ids ``[B]`` and raw
+    rewards ``[B]``: a group of equal rewards has zero advantages under any group baseline, so
+    it adds nothing to the gradient (DAPO's dynamic sampling keeps only the others)."""
+    signal, _ = signal_per_group(group, rewards)
+    return int(signal.sum()), len(signal)
+
+
+def signal_per_group(group: torch.Tensor, rewards: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``([P] bool: whether each group's rewards differ, [B] each row's group index)`` for
+    group ids ``[B]`` and raw rewards ``[B]``."""
+    ids, index = group.unique(return_inverse=True)  # [P], [B]
+    r = rewards.double()
+    hi = torch.full((len(ids),), -torch.inf, dtype=r.dtype).scatter_reduce(0, index, r, "amax")
+    lo = torch.full((len(ids),), torch.inf, dtype=r.dtype).scatter_reduce(0, index, r, "amin")
+    return hi > lo, index

@@ -23,6 +23,10 @@ Implementation choices (why each, and what NeMo-RL does: docs/algorithms.md#asyn
    room (``max_buffered_rollouts``) allows, and step c takes any P groups made by weights
    c − a … c, evicting older ones (their prompts are never trained on). A resumed run keeps
    the groups a later step may still take and goes on after the last batch generated.
+6) ``lockstep`` (rlnb only, for studies of staleness): no collector thread; ``rollout()``
+   generates, with this step's weights, the targets they may still fill, then takes step c's,
+   so after the first a steps every group is exactly a steps old and a seed repeats bit for
+   bit. It admits ``use_importance_sampling_correction=false`` (the uncorrected control).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any
 import torch
 
 from rlnb.algorithms.replay_buffer import AsyncGRPOConfig  # noqa: F401 - NeMo-RL's name, here too
+from rlnb.engine.agents.rollouts import agent_metrics
 from rlnb.engine.data.batch_join import concat_rollouts, rollout_from_dict
 from rlnb.engine.data.batches import RolloutBatch, StepMetrics
 from rlnb.engine.models.copy_backend import HFCopyGenerationBackend
@@ -80,6 +85,8 @@ class AsyncGRPOTrainer(GRPOTrainer):
         ("waiting (s)", ("timing/train/wait_for_trajectories",
                          "timing/async/collector_wait_for_weights")),
     )
+    # the funnel of each step; no memory check (the plan covers the synchronous loop)
+    measures = ("funnel",)
 
     def __init__(self, config, **kwargs):
         super().__init__(config, **kwargs)
@@ -134,7 +141,10 @@ class AsyncGRPOTrainer(GRPOTrainer):
         if self._taken is not None and self._taken[0] == self.step_count:
             return self._taken[1]
         elapsed, c = timer(), self.step_count
-        self.start_collector()
+        if self.config.grpo.async_grpo.lockstep:  # choice 6: generated here, in order
+            self.collector.generate_due(c)
+        else:
+            self.start_collector()
         groups, versions, evicted, waited = self.collector.take(c)
         counters = self.collector.pop_counters()
         pad = self.policy.tokenizer.pad_token_id
@@ -165,6 +175,8 @@ class AsyncGRPOTrainer(GRPOTrainer):
             "timing/async/collector_wait_for_weights": counters["seconds_waiting_for_weights"],
             "timing/train/rollout": elapsed(),
         })
+        if "train/agent/generation_calls" in batch.metrics:  # an agent task's, every rank's
+            batch.metrics.update(agent_metrics(self.dist, batch.metrics))
         self.consumed_prompts = (c + 1) * self.config.grpo.num_prompts_per_step
         self._taken = (c, batch)
         return batch

@@ -1,5 +1,5 @@
-"""What every training loop shares: its parts, its data stream, validation, the loop (its save
-state: ``save_state.py``).
+"""What every training loop shares: its parts, its data stream, the rollout stage's plumbing and
+the loop (its save state: ``save_state.py``; its validation: ``validation.py``).
 
     trainer = GRPOTrainer(config)             # a loop = this base + its stage methods
     for metrics in trainer.train(100): ...    # one StepMetrics per step (plus validation)
@@ -16,13 +16,21 @@ Implementation choices:
    plots them.
 2) The loop's section of the config (``grpo`` or ``ppo``) is ``loop_config``, a ``LoopConfig``
    (``loop_config.py``): every loop reads the same keys from it. The rules between sections are
-   the config layer's (``check_loop_rules``), run again here on the config given; the trainer
-   itself checks only what needs the live world (the number of ranks).
-3) Validation samples on its own random state (seeded by the seed and the step), so it never
-   draws from the training stream: a run validated at other steps, or resumed, trains exactly
-   the same.
+   the config layer's (``check_loop_rules``), run again on the config given when the trainer is
+   built (``setup.py``, with what needs the live world: the number of ranks).
+3) Validation (``validation.py``, a mixin) samples on its own random state, so it never draws
+   from the training stream: a run validated at other steps, or resumed, trains exactly the
+   same.
 4) The data stream is the task's seeded row stream; the position (``consumed_prompts``) is the
    save state, so a resumed run reads exactly the rows it would have read.
+5) A loop that validates (``val_period`` > 0) on a task with no held-out rows (an ``AgentTask``
+   built without ``val=``) is refused when it is built (``setup.py``), naming both ways out,
+   rather than failing at its first validation.
+6) What measures a step without being the algorithm (the sample funnel, memory peaks) hangs on
+   it from outside: a run attaches *probes* (``rlnb.run.training.probes``), which the stages
+   enter around their blocks (``measured``: generation, logprobs, update) and which add their
+   metrics to the step's record (``record_step``). A loop declares what may be measured on it
+   (``measures``); with no probe attached a step runs only its own code.
 """
 
 from __future__ import annotations
@@ -35,20 +43,16 @@ from typing import Any
 import torch
 
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
-from rlnb.config import Config
-from rlnb.engine.agents.templates import check_agent_task
-from rlnb.engine.agents.verifiers_agent import VerifiersAgentTask
+from rlnb.engine.agents.rollouts import agent_metrics
 from rlnb.engine.data.batches import RolloutBatch, StepMetrics
 from rlnb.engine.environments.prompts import format_prompt
-from rlnb.engine.environments.run_task import build_run_task, with_user_data
 from rlnb.engine.models.generation import make_generation_backend
 from rlnb.engine.models.policy import Policy
 from rlnb.engine.runtime.distributed import Distributed
-from rlnb.engine.runtime.memory import StageMemory
 from rlnb.engine.runtime.timing import timer
 from rlnb.engine.trainers.dynamic_rollout import dynamic_sampling_rollout
 from rlnb.engine.trainers.hyperparameters import reconfigure
-from rlnb.engine.trainers.loop_config import check_loop_rules, needs_reference
+from rlnb.engine.trainers.loop_config import needs_reference
 from rlnb.engine.trainers.rollout import (
     RolloutInputs,
     add_logprobs,
@@ -56,7 +60,9 @@ from rlnb.engine.trainers.rollout import (
     sample_and_score,
 )
 from rlnb.engine.trainers.save_state import SaveState
-from rlnb.engine.trainers.views import PanelSpec, Stage, check_stages
+from rlnb.engine.trainers.setup import checked_config, task_and_environment
+from rlnb.engine.trainers.validation import Validation
+from rlnb.engine.trainers.views import COMMON_FIELDS, ConfigField, PanelSpec, Stage, check_stages
 
 # stage 1 of every loop that samples and scores (``Trainer.rollout``), as the stepper shows it
 ROLLOUT_STAGE = Stage("Rollout", "sample P prompts x G responses and score them", "rollout",
@@ -71,16 +77,7 @@ def expect_batch(batch, kind: type, stage: str) -> None:
                         f"got {type(batch).__name__}")
 
 
-@contextlib.contextmanager
-def isolated_rng(seed: int, device: torch.device | None = None):
-    """Run the block on its own seeded random state; the caller's state is untouched after."""
-    devices = [device] if device is not None and device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
-
-
-class Trainer(SaveState):
+class Trainer(SaveState, Validation):
     """The parts and plumbing of a loop; subclasses add the stages and ``step``.
 
     Args:
@@ -97,6 +94,9 @@ class Trainer(SaveState):
     # what the UI shows (views.py): the stepper's stages in order, the dashboard's panels
     stages: tuple[Stage, ...] = ()
     panels: tuple[PanelSpec, ...] = ()
+    # what a run may measure on the loop's stages (rlnb.run.training.probes): "funnel", "memory"
+    measures: tuple[str, ...] = ()
+    config_fields: tuple[ConfigField, ...] = COMMON_FIELDS  # the config panel's controls
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -104,51 +104,29 @@ class Trainer(SaveState):
 
     def __init__(self, config, *, policy=None, task=None, accelerator=None, reward_funcs=None,
                  reward_weights=None, train_dataset=None, eval_dataset=None, environment=None):
-        if not all(hasattr(config, s) for s in (self.loop_section, "policy", "loss_fn", "data")):
-            raise TypeError(
-                f"{type(self).__name__} takes a loaded config, got {type(config).__name__}: "
-                f"build one with rlnb.load_config(path_or_dict_or_None, overrides)")
-        if getattr(config, self.loop_section) is None:  # a config of another loop
-            raise ValueError(
-                f"{type(self).__name__} needs a config with algorithm: {self.loop_section}; this "
-                f"one has algorithm: {getattr(config, 'algorithm', 'grpo')!r} "
-                "(rlnb.engine.trainers.loops.make_trainer builds the loop a config names)")
-        if isinstance(config, Config):  # fields may have been assigned one by one since it
-            config.check()               # was built: its rules across fields run again here
         user = {"reward_funcs": reward_funcs, "reward_weights": reward_weights,
                 "train_dataset": train_dataset, "eval_dataset": eval_dataset,
                 "environment": environment}
-        self.config = config = with_user_data(config, **user)
         self.dist = Distributed(accelerator)
+        self.config = config = checked_config(type(self), config, self.dist, user)  # choice 2
         loop = self.loop_config
-        check_loop_rules(config)  # choice 2: fields may have been assigned since it loaded
-        if loop.use_dynamic_sampling and self.dist.world_size > 1:
-            # each rank would need its own number of generation batches (dynamic_sampling.py)
-            raise ValueError(
-                f"{self.loop_section}.use_dynamic_sampling=true runs in one process only, but "
-                f"{self.dist.world_size} were launched (ranks would draw different numbers of "
-                "generation batches): set it to false or run one process")
         torch.manual_seed(loop.seed + 1000 * self.dist.rank)
         self.loss_fn = ClippedPGLossFn(config.loss_fn)
         self.need_reference = needs_reference(config)
         self.policy = policy or Policy(
             config.policy, seed=loop.seed, need_reference=self.need_reference, dist=self.dist
         )
-        self.task = task or build_run_task(config, self.policy.tokenizer, **user)
-        if getattr(self.task, "multi_turn", False) and getattr(self.task, "taskset", None):
-            # a verifiers environment with tools: its episodes run as agent code
-            self.task = VerifiersAgentTask(self.task, max_turns=loop.max_rollout_turns)
-        self.env = config.env.build(self.task)  # what steps multi-turn conversations
-        if getattr(self.task, "agent", None) is not None:  # its turns are one sample each
-            check_agent_task(self.task, self.policy.tokenizer, config)
+        self.task, self.env = task_and_environment(config, self.loop_section, task,
+                                                   self.policy.tokenizer, user)
         p = config.policy
         self.max_prompt_length = (p.max_total_sequence_length - 1 if p.generation.fill_context
                                   else p.max_total_sequence_length - p.generation.max_new_tokens)
         self.generator = make_generation_backend(
             self.policy.model, self.policy.tokenizer, p.generation, self.max_prompt_length
         )
-        # per-stage memory peaks of an armed step (GRPO's second: trainers/memory_check.py)
-        self.memory = StageMemory(self.policy.device)
+        # what the run hangs on the stages to measure them (rlnb.run.training.probes): none
+        # unless a run or a dashboard attaches them (choice 6)
+        self.probes: list = []
         self.step_count = 0  # completed steps (the save state's current_step)
         self.consumed_prompts = 0  # data position in the task's training stream
         self._stream: list[dict[str, Any]] = []
@@ -194,10 +172,10 @@ class Trainer(SaveState):
 
     def generate_batch(self, rows: list[dict[str, Any]], generations: int) -> RolloutBatch:
         """``generations`` responses per row, scored, with their log-probs (rollout.py)."""
-        with self.memory.stage("generation"):
+        with self.measured("generation"):
             batch = sample_and_score(self.rollout_inputs(), self.generator, rows, generations,
                                      self.step_count)
-        with self.memory.stage("logprobs"):
+        with self.measured("logprobs"):
             return add_logprobs(self.policy, batch,
                                 reuse=self.loop_config.reuse_generation_logprobs is True,
                                 reference=self.need_reference)
@@ -221,40 +199,21 @@ class Trainer(SaveState):
         batch.metrics.update(outcome_metrics(self.dist, batch,
                                              signal=not loop.use_dynamic_sampling,
                                              correct=self.task.defines_correct))
+        if "train/agent/generation_calls" in batch.metrics:  # an agent task's, every rank's
+            batch.metrics.update(agent_metrics(self.dist, batch.metrics))
         return batch
-
-    # ------------------------------------------------------------------ validation
-    @torch.no_grad()
-    def validate(self, num_prompts: int | None = None) -> dict[str, float]:
-        """Held-out results: ``validation/reward`` (mean reward), ``avg_length``, and when the
-        task defines ``correct``, ``accuracy`` (share correct) and ``pass_k``."""
-        loop = self.loop_config
-        available = len(self.task.val_rows())
-        wanted = num_prompts or loop.max_val_samples or available  # null: every held-out row
-        rows = self.dist.shard(self.task.val_rows(min(wanted, available)))
-        k = loop.val_num_generations_per_prompt
-        # choice 3: its own random state, so validating never shifts the training stream
-        with isolated_rng(loop.seed * 1_000_003 + self.step_count + 7, self.policy.device):
-            batch = self.generate_batch(rows, k)
-        correct = batch.correct.view(len(rows), k).float()  # [P, k]
-        metrics = {
-            "validation/reward": float(batch.rewards.mean()),
-            "validation/avg_length": float(batch.response_lengths.float().mean()),
-        }
-        if self.task.defines_correct:  # (the built-in tasks: reward = correct, 0 or 1)
-            metrics["validation/accuracy"] = float(correct.mean())
-            if k > 1:
-                metrics["validation/pass_k"] = float(correct.amax(dim=1).mean())
-        breakdown = getattr(self.task, "validation_breakdown", None)
-        if breakdown is not None:  # a task's held-out results by part (a mix's data sets)
-            metrics.update({f"validation/{k}": v
-                            for k, v in breakdown(batch.rows, batch.correct).items()})
-        self.last_validation = self.dist.mean_dict(metrics)
-        return self.last_validation
 
     # ------------------------------------------------------------------ the loop
     def step(self) -> StepMetrics:  # pragma: no cover - every loop defines it
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def measured(self, stage: str):
+        """A stage's block, which the attached probes measure (choice 6); a no-op without."""
+        with contextlib.ExitStack() as probes:
+            for probe in self.probes:
+                probes.enter_context(probe.stage(stage))
+            yield
 
     def policy_pass(self, train_data: dict, loss_fn, dry_run: bool,
                     token_normalizer: str = "global_batch") -> dict[str, float]:
@@ -265,7 +224,7 @@ class Trainer(SaveState):
         if isinstance(loss_fn, dict):
             loss_fn = ClippedPGLossFn({**self.loss_fn.config.model_dump(), **loss_fn})
         elapsed = timer()
-        with self.memory.stage("update"):
+        with self.measured("update"):
             raw = self.policy.optimizer_step(train_data, loss_fn or self.loss_fn,
                                              dry_run=dry_run, token_normalizer=token_normalizer)
         metrics = {f"train/{k}": v for k, v in self.dist.sum_loss_metrics(raw).items()}
@@ -292,6 +251,8 @@ class Trainer(SaveState):
         if seconds is not None:
             metrics["timing/train/total_step_time"] = seconds
         metrics.update(self.policy.compile_metrics())  # {} unless policy.compile.enabled
+        for probe in self.probes:  # choice 6: the run's measurement of the step
+            metrics.update(probe.step_metrics(metrics))
         return metrics
 
     def train(self, num_steps: int | None = None, *, progress: bool = False
@@ -331,3 +292,4 @@ class Trainer(SaveState):
                     ) -> dict[str, tuple[Any, Any]]:
         """Change hyperparameters between steps (see ``hyperparameters.reconfigure``)."""
         return reconfigure(self, overrides, dry_run=dry_run)
+

@@ -20,6 +20,10 @@ Implementation choices (the details: docs/algorithms.md#the-collector-thread):
 4) Stopping is an event that also ends a generation in progress; an error on the collector's
    side is raised in the trainer's thread (after ``max_generation_failures`` retries).
 5) No room in the buffer: back off (10 ms, x1.5 each time, NeMo-RL's schedule).
+6) ``lockstep``: no thread; the trainer calls ``generate_due(c)`` before taking step c's groups,
+   which refits to weights c and generates the targets they may still fill (0 … a at step 0,
+   then c + a): every trajectory after the first a steps is exactly a steps old, the order of
+   the random draws is fixed, and a seed repeats bit for bit (a study of staleness).
 """
 
 from __future__ import annotations
@@ -60,6 +64,12 @@ class AsyncLoopConfig(AsyncGRPOConfig):
     sample_freshest_first: bool = Field(
         False, description="windowed: take the groups of the newest weights first (else in "
         "the order they were generated).")
+    lockstep: bool = Field(
+        False, description="Generate in the trainer's thread, at each step, what the current "
+        "weights may fill (in_order): after the first a steps every trajectory is exactly a "
+        "steps old, and a run repeats bit for bit. For studies of staleness, not speed (rlnb "
+        "only); it also admits loss_fn.use_importance_sampling_correction=false, the "
+        "uncorrected control.")
     collector_threads: int | None = Field(
         None, ge=1, description="torch threads of the collector (None: half the cores).")
     trainer_threads: int | None = Field(
@@ -82,6 +92,13 @@ class AsyncLoopConfig(AsyncGRPOConfig):
                 if getattr(self, key) != type(self).model_fields[key].default:
                     raise ValueError(f"{key} is read by sampler=windowed only (it would be "
                                      "ignored)")
+        if self.lockstep:  # no thread, no retries, one target after another
+            for key in ("sampler", "collector_threads", "trainer_threads",
+                        "max_generation_failures"):
+                if getattr(self, key) != type(self).model_fields[key].default:
+                    raise ValueError(f"{key}={getattr(self, key)!r} with lockstep=true: lockstep "
+                                     "generates in order in the trainer's thread (set one of "
+                                     "them back)")
         for key in ("in_flight_weight_updates", "recompute_kv_cache_after_weight_updates"):
             if getattr(self, key):
                 raise ValueError(
@@ -288,20 +305,38 @@ class TrajectoryCollector:
                 failures = 0
                 if groups is None:  # stopped mid-generation: nothing is kept
                     break
-                with self.cond:
-                    for group in groups:
-                        self.buffer.add(group, weight_version=version, target_weight_version=target)
-                    if self.sampler == "windowed":
-                        self.next_batch = target + 1
-                    self.groups_generated += len(groups)
-                    self.generating = None
-                    self.events.append((self.clock(), "add", target, len(self.buffer),
-                                        [version] * len(groups)))
-                    self.cond.notify_all()
+                self._store(groups, target, version)
         except BaseException as err:  # noqa: BLE001 - handed to the trainer's thread
             with self.cond:
                 self.error = err
                 self.cond.notify_all()
+
+    def _store(self, groups: list[RolloutBatch], target: int, version: int) -> None:
+        with self.cond:
+            for group in groups:
+                self.buffer.add(group, weight_version=version, target_weight_version=target)
+            if self.sampler == "windowed":
+                self.next_batch = target + 1
+            self.groups_generated += len(groups)
+            self.generating = None
+            self.events.append((self.clock(), "add", target, len(self.buffer),
+                                [version] * len(groups)))
+            self.cond.notify_all()
+
+    def generate_due(self, step: int) -> None:
+        """``lockstep`` (choice 6), in the caller's thread: load the trainer's weights ``step``
+        and generate every target they may still fill, so step c trains on weights
+        max(0, c − a)."""
+        self.stop_event.clear()  # a finished ``train`` set it; nothing runs in the background
+        with self.cond:
+            self.latest = step
+        self.refit()  # every step: the weights may also have changed by hand or by a resume
+        while True:
+            with self.cond:
+                target = self._next_target()
+            if target is None:
+                return
+            self._store(self._generate(target, step), target, step)
 
     def _next_target(self) -> int | None:
         """The batch of the stream to generate next (under ``cond``): in order, the first of

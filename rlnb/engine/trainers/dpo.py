@@ -46,11 +46,13 @@ from rlnb.engine.data.preference_data import (
     tokenize_pairs,
 )
 from rlnb.engine.runtime.timing import timer
-from rlnb.engine.trainers.base import Trainer, expect_batch, isolated_rng
+from rlnb.engine.trainers.advantage_inputs import groups_with_signal
+from rlnb.engine.trainers.base import Trainer, expect_batch
 from rlnb.engine.trainers.dpo_config import DPOConfig
 from rlnb.engine.trainers.dpo_scores import score_pairs
-from rlnb.engine.trainers.rollout import groups_with_signal, reward_metrics, sample_and_score
-from rlnb.engine.trainers.views import REWARD_PANEL, Stage
+from rlnb.engine.trainers.rollout import reward_metrics, sample_and_score
+from rlnb.engine.trainers.validation import isolated_rng
+from rlnb.engine.trainers.views import REWARD_PANEL, ConfigField, Stage
 
 __all__ = ["DPOConfig", "DPOTrainer"]
 POOL_FILE = "preference_pool"  # the sampled pool in a checkpoint (choice 2)
@@ -104,6 +106,13 @@ class DPOTrainer(Trainer):
                                                    "train/logprobs_rejected")),
         ("preference accuracy", ("train/accuracy",)),
         ("KL to the reference (nats/token)", ("train/kl_to_reference",)),
+    )
+    # the config panel's controls: the learning rate, DPO's β and the two losses' weights
+    config_fields = (
+        ConfigField("policy.optimizer.lr", "learning rate", "float"),
+        ConfigField("dpo.reference_policy_kl_penalty", "β", "float"),
+        ConfigField("dpo.preference_loss_weight", "preference weight", "float"),
+        ConfigField("dpo.sft_loss_weight", "SFT weight", "float"),
     )
 
     def __init__(self, config, *, policy=None, task=None, accelerator=None, pairs=None):

@@ -22,8 +22,7 @@ from rlnb.algorithms.baselines import calculate_baseline_and_std_per_prompt
 from rlnb.algorithms.dynamic_sampling import DynamicSamplingState, dynamic_sampling
 from rlnb.engine.data.batch_join import concat_rollouts
 from rlnb.engine.data.batches import RolloutBatch
-from rlnb.engine.trainers.advantage_inputs import shaped_rewards
-from rlnb.engine.trainers.rollout import groups_with_signal
+from rlnb.engine.trainers.advantage_inputs import groups_with_signal, shaped_rewards
 
 Rows = list[dict[str, Any]]
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from rlnb.engine.trainers.rollout import signal_per_group
+from rlnb.engine.trainers.advantage_inputs import signal_per_group
 
 
 def sample_funnel(group: torch.Tensor, raw_rewards: torch.Tensor, truncated: torch.Tensor,

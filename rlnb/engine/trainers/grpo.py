@@ -17,11 +17,12 @@ Implementation choices:
 3) ``compute_advantages`` follows NeMo-RL's order: reward scaling -> shaping -> baselines/std ->
    overlong filtering -> log-prob-error masking -> estimator -> advantage clipping.
 4) NeMo-RL's top-level ``grpo.normalize_rewards`` is folded into ``grpo.adv_estimator`` when the
-   config loads (NeMo-RL reads it nowhere else). ``grpo.use_leave_one_out_baseline`` is NeMo-RL's
-   second flag: the baseline and std the loop computes for dynamic sampling's filter and the
-   baseline metrics, while ``adv_estimator.use_leave_one_out_baseline`` makes the advantages.
-   Given alone, it sets both (as NeMo-RL's example configs interpolate it); given beside a
-   different estimator flag, each keeps its own (NeMo-RL's ProRL configs).
+   config loads (NeMo-RL reads it nowhere else: ``grpo_config.py``).
+   ``grpo.use_leave_one_out_baseline`` is NeMo-RL's second flag: the baseline and std the loop
+   computes for dynamic sampling's filter and the baseline metrics, while
+   ``adv_estimator.use_leave_one_out_baseline`` makes the advantages. Given alone, it sets both
+   (as NeMo-RL's example configs interpolate it); given beside a different estimator flag, each
+   keeps its own (NeMo-RL's ProRL configs).
 5) Under ``accelerate`` every rank rolls out its own share of the prompts (whole groups) and
    counts are summed over ranks inside the loss.
 6) Two of TRL's choices are options whose defaults are NeMo-RL's numerics: ``update_rows:
@@ -35,14 +36,12 @@ Implementation choices:
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
 
 import torch
-from pydantic import Field, model_validator
 
-from rlnb.algorithms.advantages import AdvEstimatorConfig
+from rlnb.algorithms.advantage_config import AdvEstimatorConfig
 from rlnb.algorithms.baselines import calculate_baseline_and_std_per_prompt
-from rlnb.algorithms.estimators import make_advantage_estimator
+from rlnb.algorithms.estimators import estimator_names, make_advantage_estimator
 from rlnb.algorithms.filtering import clip_advantages
 from rlnb.algorithms.masked import masked_stats
 from rlnb.algorithms.policy_loss import ClippedPGLossFn
@@ -50,17 +49,15 @@ from rlnb.engine.data.batches import AdvantageBatch, RolloutBatch, StepMetrics, 
 from rlnb.engine.runtime.timing import timer
 from rlnb.engine.trainers.advantage_inputs import filtered_sample_mask, shaped_rewards
 from rlnb.engine.trainers.base import ROLLOUT_STAGE, Trainer, expect_batch
-from rlnb.engine.trainers.collector import AsyncLoopConfig
-from rlnb.engine.trainers.funnel import sample_funnel
-from rlnb.engine.trainers.loop_config import FOLDED_KEYS, LoopConfig, registered_estimator
-from rlnb.engine.trainers.memory_check import (
-    MEASURED_STEP,
-    memory_metrics,
-    plan_applies,
-    plan_for,
-    resident_tensors,
+from rlnb.engine.trainers.views import (
+    CLIP_PANEL,
+    COMMON_FIELDS,
+    FUNNEL_PANEL,
+    KL_PANEL,
+    REWARD_PANEL,
+    ConfigField,
+    Stage,
 )
-from rlnb.engine.trainers.views import CLIP_PANEL, FUNNEL_PANEL, KL_PANEL, REWARD_PANEL, Stage
 
 
 def seeded_order(n: int, key: str) -> torch.Tensor:
@@ -76,80 +73,6 @@ def shuffled_rows(data: dict[str, torch.Tensor], key: str) -> dict[str, torch.Te
     order = seeded_order(B, key)
     return {k: v[order] if isinstance(v, torch.Tensor) and v.shape[:1] == (B,) else v
             for k, v in data.items()}
-
-
-class GRPOEstimatorConfig(AdvEstimatorConfig):
-    """``grpo.adv_estimator``: one of the registered GRPO-loop estimators."""
-
-    _registered = registered_estimator("grpo")
-
-
-class GRPOConfig(LoopConfig):
-    """``grpo``: the loop (NeMo-RL key names and defaults, smaller sizes for the CPU default);
-    the keys every loop shares are ``LoopConfig``'s."""
-
-    adv_estimator: GRPOEstimatorConfig = Field(default_factory=GRPOEstimatorConfig)
-    advantage_clip_low: float | None = Field(None, description="Clamp advantages below.")
-    advantage_clip_high: float | None = Field(None, description="Clamp advantages above.")
-    async_grpo: AsyncLoopConfig = Field(
-        default_factory=AsyncLoopConfig,
-        description="Async GRPO: generation runs ahead of training (async_grpo.py).")
-    update_rows: Literal["in_order", "shuffled"] = Field(
-        "in_order", description="rlnb extra: how a rollout's rows split into optimizer steps "
-        "(policy.train_global_batch_size each): in_order (NeMo-RL: the first rows, then the "
-        "next) or shuffled (TRL: rows permuted across prompts first, seeded by grpo.seed and "
-        "the step).")
-    token_normalizer: Literal["global_batch", "rollout_mean"] = Field(
-        "global_batch", description="rlnb extra: what the token-level loss divides by: each "
-        "optimizer step's valid tokens (NeMo-RL) or the rollout's over its optimizer steps "
-        "(TRL's dapo: one divisor for every step of a rollout).")
-    use_leave_one_out_baseline: bool | None = Field(
-        None, description="NeMo-RL's loop flag: leave-one-out in the baseline and std of "
-        "dynamic sampling's filter and the baseline metrics; None: the estimator's "
-        "(adv_estimator.use_leave_one_out_baseline), which makes the advantages (choice 4).")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _fold_top_level_flags(cls, data: Any) -> Any:
-        # choice 4: NeMo-RL's example configs interpolate these into the estimator
-        if not isinstance(data, dict) or not any(k in data for k in FOLDED_KEYS):
-            return data
-        data = dict(data)
-        est = data.get("adv_estimator") or {}
-        est = est.model_dump() if hasattr(est, "model_dump") else dict(est)
-        changed = False
-        for key in FOLDED_KEYS:
-            if key not in data:
-                continue
-            if key == "use_leave_one_out_baseline":  # a field too: NeMo-RL's loop flag
-                if data[key] is not None and key not in est:
-                    est[key], changed = data[key], True  # alone, it sets both
-                continue
-            value = data.pop(key)
-            if key in est and est[key] != value:
-                raise ValueError(
-                    f"grpo.{key}={value!r} contradicts grpo.adv_estimator.{key}={est[key]!r} "
-                    "(they are one setting: give one)")
-            est[key], changed = value, True
-        if changed:  # (an assignment's check passes the estimator as a model: left as it is)
-            data["adv_estimator"] = est
-        return data
-
-    @property
-    def asynchronous(self) -> bool:
-        return self.async_grpo.enabled
-
-    @property
-    def leave_one_out(self) -> bool:
-        """The loop's flag (baseline and std of dynamic sampling and the metrics)."""
-        if self.use_leave_one_out_baseline is not None:
-            return self.use_leave_one_out_baseline
-        return self.adv_estimator.use_leave_one_out_baseline
-
-    @property
-    def normalize_rewards(self) -> bool:
-        """NeMo-RL's top-level name for ``adv_estimator.normalize_rewards``."""
-        return self.adv_estimator.normalize_rewards
 
 
 class GRPOTrainer(Trainer):
@@ -180,6 +103,17 @@ class GRPOTrainer(Trainer):
             "timing/train/generation", "timing/train/policy_and_reference_logprobs",
             "timing/train/advantage_calculation", "timing/train/policy_training")),
         FUNNEL_PANEL,
+    )
+    # what a run measures on the stages (rlnb.run.training.probes): the sample funnel, the
+    # memory peaks of one step beside the plan
+    measures = ("funnel", "memory")
+    # the config panel's controls: every loop's, then the estimator (a registered one listed)
+    config_fields = (
+        *COMMON_FIELDS,
+        ConfigField("grpo.adv_estimator.name", "estimator", "choice",
+                    lambda: tuple(estimator_names("grpo", trainable=True))),
+        ConfigField("grpo.normalize_rewards", "÷ group std", "bool"),
+        ConfigField("grpo.use_leave_one_out_baseline", "leave-one-out", "bool"),
     )
 
     # ------------------------------------------------------------------ stage 1: rollout
@@ -216,9 +150,6 @@ class GRPOTrainer(Trainer):
             advantages = clip_advantages(advantages, loop.advantage_clip_low,
                                          loop.advantage_clip_high)
         metrics.update(advantage_metrics(advantages, batch.token_mask, baseline, sample_mask))
-        metrics.update(sample_funnel(batch.group, batch.rewards, batch.truncated,
-                                     batch.token_mask, sample_mask, advantages,
-                                     batch.reward_components.get("format")))
         metrics["timing/train/advantage_calculation"] = elapsed()
         return AdvantageBatch(batch, est_cfg.name, rewards, baseline, std,
                               advantages.contiguous(), sample_mask, metrics)
@@ -271,20 +202,7 @@ class GRPOTrainer(Trainer):
 
     # ------------------------------------------------------------------ one step
     def step(self) -> StepMetrics:
-        """rollout -> compute_advantages -> update; returns this step's metrics (the second
-        also the stages' memory peaks beside their plan: ``memory_check.py``)."""
-        self.steps_taken = getattr(self, "steps_taken", 0) + 1  # by this object (a resumed
-        # run's first step has no gradients allocated yet: its second is measured)
-        if self.steps_taken != MEASURED_STEP or not plan_applies(self.config, self.policy):
-            return self._step()
-        with self.memory.armed_step(resident_tensors(self.policy)):
-            metrics = self._step()
-        plan = plan_for(self.config, world_size=self.dist.world_size, model=self.policy.model,
-                        prompt_length=metrics.rollout.prompt_ids.shape[1])  # this step's width
-        metrics.update(memory_metrics(plan, self.memory.peaks))
-        return metrics
-
-    def _step(self) -> StepMetrics:
+        """rollout -> compute_advantages -> update; returns this step's metrics."""
         elapsed = timer()
         rollout = self.rollout()
         advantages = self.compute_advantages(rollout)

@@ -7,7 +7,8 @@ Implementation choices:
 1) ``LoopConfig`` holds the keys every loop reads (sizes, the rollout filters and reward
    transforms, validation, the seed), with NeMo-RL's names; a loop adds its own. A loop whose
    NeMo-RL default differs redeclares the field (PPO keeps no reference policy by default).
-2) Rules that read several sections (the loop, ``policy``, ``loss_fn``, ``env``) are
+2) Rules that read several sections (the loop, ``policy``, ``loss_fn``, ``env``, the turns the
+   ``data`` task needs: ``Task.turns_needed``) are
    ``check_loop_rules``: the config layer runs it when a config loads, and a trainer runs it
    again on the config it is given (a field may have been assigned since), so a rule is written
    once. What needs the live world (ranks, devices) stays in the trainer.
@@ -28,6 +29,7 @@ from rlnb.algorithms.estimators import estimator_class
 from rlnb.algorithms.rewards import RewardScalingConfig, RewardShapingConfig
 from rlnb.config import Config, cross_field_rule
 from rlnb.engine.environments.run_task import loop_section_of
+from rlnb.engine.environments.tasks import TASKS, check_rollout_turns
 from rlnb.engine.models.generation import GENERATION_BACKENDS
 
 FOLDED_KEYS = ("normalize_rewards", "use_leave_one_out_baseline")
@@ -200,11 +202,13 @@ def check_loop_rules(config) -> None:
             f"loss_fn.use_kl_in_reward=true needs an estimator that puts the KL into the reward "
             f"(reinforce_plus_plus; gae under PPO), not {key}.adv_estimator.name={est.name!r}")
     if loop.asynchronous:  # the async loop reweights stale trajectories (async_grpo.py)
-        if not loss.use_importance_sampling_correction:
+        # lockstep (a study of staleness) may run the uncorrected control
+        if not loss.use_importance_sampling_correction and not loop.async_grpo.lockstep:
             raise ValueError(
                 f"{key}.async_grpo.enabled=true needs loss_fn.use_importance_sampling_correction="
                 "true: trajectories come from older weights and the loss must reweight them "
-                "(NeMo-RL requires it too)")
+                f"(NeMo-RL requires it too; {key}.async_grpo.lockstep=true admits it off, to "
+                "measure what the correction does)")
         held = loop.async_grpo.max_buffered_rollouts
         if held is not None and held < loop.num_prompts_per_step:
             raise ValueError(
@@ -223,6 +227,10 @@ def check_loop_rules(config) -> None:
         raise ValueError(
             f"env.name={config.env.name!r} is a multi-turn environment, but "
             f"{key}.max_rollout_turns is 1 (it would never be asked a second turn)")
+    data = getattr(config, "data", None)
+    if getattr(data, "name", None) in TASKS:  # the turns the task declares it needs
+        check_rollout_turns(TASKS[data.name], data, loop.max_rollout_turns,
+                            f"{key}.max_rollout_turns")
     lora = config.policy.lora
     if lora.quantize is not None:  # a 4-bit base cannot be trained, nor copied into a critic
         if config.policy.model_name in ("tiny", "random"):

@@ -40,11 +40,14 @@ class LoopSpec:
 def make_trainer(config, **kwargs):
     """The trainer of the loop ``config`` names (``config.algorithm``, default ``grpo``; GRPO
     with ``grpo.async_grpo.enabled`` is the async loop)."""
-    name = getattr(config, "algorithm", "grpo")
-    spec = choose(LOOPS, name, "training loop (algorithm)")
-    if should_use_async_rollouts(config):
-        return spec.async_trainer(config, **kwargs)
-    return spec.trainer(config, **kwargs)
+    return trainer_class(config)(config, **kwargs)
+
+
+def trainer_class(config) -> type:
+    """The trainer class ``make_trainer`` builds for ``config`` (its loop's, or the loop's
+    asynchronous trainer when its section says so)."""
+    spec = choose(LOOPS, getattr(config, "algorithm", "grpo"), "training loop (algorithm)")
+    return spec.async_trainer if should_use_async_rollouts(config) else spec.trainer
 
 
 def should_use_async_rollouts(config) -> bool:

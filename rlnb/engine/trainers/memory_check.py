@@ -3,19 +3,23 @@
     memory/<stage>_plan_gib  vs  memory/<stage>_peak_gib,   stage in generation, logprobs, update
 
 Implementation choices:
-1) The plan reads the loop's section for P, G, the KL penalty and the log-prob reuse; P is this
-   process's share of the prompts, as each process generates its own.
+1) The plan reads the loop's section for P, G and the log-prob reuse, and whether a reference
+   is kept; P is this process's share of the prompts, as each process generates its own. A
+   config is read by ``plan_for`` (``rlnb preflight --memory``), a built trainer by
+   ``loop_plan`` with what it holds.
 2) The peaks are measured on the second step a trainer takes (``MEASURED_STEP``; a resumed
    run's too), the first in the state the plan describes: from the first update on, gradients
    and AdamW's moments stay allocated through every stage (``memory_plan.py``, choice 2). One
    step only: the CPU measure counts every operator's outputs in Python (``runtime/memory.py``).
    Like timings, the peaks measure the machine: comparisons of runs (``rlnb verify``) skip them.
+   The run arms the measure from outside the step (``rlnb.run.training.probes.MemoryCheck``).
 """
 
 from __future__ import annotations
 
 from rlnb.engine.models.memory_plan import GIB, MemoryPlan, ModelShape, plan_memory
 from rlnb.engine.trainers.loop_config import needs_reference
+from rlnb.engine.trainers.loops import trainer_class
 
 MEASURED_STEP = 2  # choice 2: the first step with gradients and moments allocated
 STAGES = ("generation", "logprobs", "update")
@@ -26,29 +30,38 @@ def plan_for(config, *, world_size: int = 1, model=None, prompt_length: int | No
     """The plan of ``config`` (a loaded GRPO config) per process; ``model``: the built policy
     model (exact shape), else the shape comes from the config alone; ``prompt_length``: the
     prompts' width (default: all the context leaves them)."""
-    algorithm = getattr(config, "algorithm", "grpo")
-    loop = getattr(config, "grpo", None)
-    if algorithm != "grpo" or loop is None or loop.async_grpo.enabled:
-        raise ValueError(f"the memory plan covers the synchronous GRPO loop, not algorithm: "
-                         f"{algorithm}{' (async)' if loop is not None else ''}")
+    cls = trainer_class(config)
+    if "memory" not in cls.measures:  # the loops that declare the memory check (synchronous GRPO)
+        raise ValueError(f"the memory plan covers the loops that declare it (synchronous GRPO), "
+                         f"not algorithm: {getattr(config, 'algorithm', 'grpo')} "
+                         f"({cls.__name__})")
+    return loop_plan(config.policy, config.loop_config, world_size=world_size,
+                     reference=needs_reference(config), model=model,
+                     prompt_length=prompt_length)
+
+
+def loop_plan(policy_config, loop, *, world_size: int, reference: bool, model=None,
+              prompt_length: int | None = None) -> MemoryPlan:
+    """The plan of a GRPO loop section ``loop`` on ``policy_config``, per process (choice 1):
+    what ``plan_for`` reads from a config and a trainer holds already."""
     if loop.num_prompts_per_step % world_size:
         raise ValueError(f"grpo.num_prompts_per_step ({loop.num_prompts_per_step}) is not "
                          f"divisible by {world_size} processes")
     return plan_memory(
-        config.policy, prompts=loop.num_prompts_per_step // world_size,
-        generations=loop.num_generations_per_prompt, reference=needs_reference(config),
+        policy_config, prompts=loop.num_prompts_per_step // world_size,
+        generations=loop.num_generations_per_prompt, reference=reference,
         reuse_generation_logprobs=loop.reuse_generation_logprobs is True,
         shape=ModelShape.of(model) if model is not None else None, prompt_length=prompt_length)
 
 
-def plan_applies(config, policy) -> bool:
-    """Whether a run's step is measured and planned: the synchronous GRPO loop with the ``hf``
-    backend, on a Hugging Face model whose config gives the shapes, and no ``policy.compile``
-    (a compiled step's fused kernels are not the operators the CPU measure counts)."""
-    loop = getattr(config, "grpo", None)
-    return (getattr(config, "algorithm", "grpo") == "grpo" and loop is not None
-            and not loop.async_grpo.enabled and config.policy.generation.backend == "hf"
-            and policy.compiled is None and hf_shaped(policy.model))
+def plan_applies(trainer) -> bool:
+    """Whether a trainer's step is measured and planned: a loop that declares the memory check
+    (``measures``: synchronous GRPO) with the ``hf`` backend, on a Hugging Face model whose
+    config gives the shapes, and no ``policy.compile`` (a compiled step's fused kernels are not
+    the operators the CPU measure counts)."""
+    return ("memory" in trainer.measures
+            and trainer.config.policy.generation.backend == "hf"
+            and trainer.policy.compiled is None and hf_shaped(trainer.policy.model))
 
 
 def hf_shaped(model) -> bool:

@@ -53,7 +53,7 @@ from rlnb.engine.runtime.timing import timer
 from rlnb.engine.trainers.advantage_inputs import filtered_sample_mask, shaped_rewards
 from rlnb.engine.trainers.base import ROLLOUT_STAGE, Trainer, expect_batch
 from rlnb.engine.trainers.loop_config import LoopConfig, registered_estimator
-from rlnb.engine.trainers.views import CLIP_PANEL, KL_PANEL, REWARD_PANEL, Stage
+from rlnb.engine.trainers.views import CLIP_PANEL, KL_PANEL, REWARD_PANEL, ConfigField, Stage
 
 
 class PPOEstimatorConfig(PPOAdvEstimatorConfig):
@@ -184,6 +184,13 @@ class PPOTrainer(Trainer):
             "timing/train/generation", "timing/train/value_inference",
             "timing/train/advantage_calculation", "timing/train/value_training",
             "timing/train/policy_training")),
+    )
+    # the config panel's controls: both learning rates, GAE's λ, the clip
+    config_fields = (
+        ConfigField("policy.optimizer.lr", "policy lr", "float"),
+        ConfigField("value.optimizer.lr", "critic lr", "float"),
+        ConfigField("ppo.adv_estimator.gae_lambda", "GAE λ", "float"),
+        ConfigField("loss_fn.ratio_clip_max", "clip ε high", "float"),
     )
 
     def __init__(self, config, *, policy=None, task=None, accelerator=None, critic=None,

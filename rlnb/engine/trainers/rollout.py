@@ -35,6 +35,7 @@ from rlnb.engine.environments.base import check_rewards
 from rlnb.engine.environments.multiturn import sample_conversations
 from rlnb.engine.environments.prompts import format_prompt
 from rlnb.engine.runtime.timing import timer
+from rlnb.engine.trainers.advantage_inputs import groups_with_signal
 
 
 @dataclass(frozen=True)
@@ -183,25 +184,6 @@ def outcome_metrics(dist, batch: RolloutBatch, signal: bool = True, correct: boo
         # every rank holds as many groups: the mean over ranks is the global fraction
         out.update(dist.mean_dict({"train/groups_with_signal": with_signal / groups}))
     return out
-
-
-def groups_with_signal(group: torch.Tensor, rewards: torch.Tensor) -> tuple[int, int]:
-    """``(groups whose rewards are not all equal, groups)`` for group ids ``[B]`` and raw
-    rewards ``[B]``: a group of equal rewards has zero advantages under any group baseline, so
-    it adds nothing to the gradient (DAPO's dynamic sampling keeps only the others)."""
-    signal, _ = signal_per_group(group, rewards)
-    return int(signal.sum()), len(signal)
-
-
-def signal_per_group(group: torch.Tensor, rewards: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``([P] bool: whether each group's rewards differ, [B] each row's group index)`` for
-    group ids ``[B]`` and raw rewards ``[B]``."""
-    ids, index = group.unique(return_inverse=True)  # [P], [B]
-    r = rewards.double()
-    hi = torch.full((len(ids),), -torch.inf, dtype=r.dtype).scatter_reduce(0, index, r, "amax")
-    lo = torch.full((len(ids),), torch.inf, dtype=r.dtype).scatter_reduce(0, index, r, "amin")
-    return hi > lo, index
 
 
 def length_by_outcome(response_lengths: torch.Tensor, correct: torch.Tensor

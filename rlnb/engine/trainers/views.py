@@ -1,5 +1,5 @@
 """What a loop shows the UI, declared as data next to the loop: its stages (the stepper's
-buttons) and its dashboard panels.
+buttons), its dashboard panels and the config panel's fields.
 
     class PPOTrainer(Trainer):
         stages = (ROLLOUT_STAGE,
@@ -19,6 +19,10 @@ Implementation choices:
    the like, by metric key), so the engine never imports the UI.
 3) ``check_stages`` runs when a trainer class is defined (``Trainer.__init_subclass__``), so a
    declaration that does not fit together fails at import, naming the stage, not at a click.
+4) A loop's config-panel fields (``config_fields``) are the hyperparameters worth changing
+   between its steps, as ``ConfigField`` s: every loop's (``COMMON_FIELDS``: the learning rate,
+   the clip, the KL, the temperature) and its own (GRPO's estimator, PPO's critic rate and
+   GAE λ); the panel (``rlnb.widgets.config_panel``) shows whichever the trainer declares.
 """
 
 from __future__ import annotations
@@ -95,6 +99,28 @@ def check_stages(cls: type) -> None:
         raise TypeError(f"{where}: a step is recorded from the results kept as {RECORDED}, the "
                         f"last stage's as 'result'; these stages keep "
                         f"{[s.keeps for s in stages]}")
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    """One control of the config panel (choice 4): the dotted config key it edits, its label,
+    its kind (``"float"``, ``"bool"`` or ``"choice"``) and, for a choice, its options or a
+    function giving them when the panel is built (so a registered estimator is listed)."""
+
+    key: str
+    label: str
+    kind: str
+    options: tuple[str, ...] | Callable[[], Any] | None = None
+
+
+COMMON_FIELDS = (
+    ConfigField("policy.optimizer.lr", "learning rate", "float"),
+    ConfigField("loss_fn.ratio_clip_min", "clip ε low", "float"),
+    ConfigField("loss_fn.ratio_clip_max", "clip ε high", "float"),
+    ConfigField("loss_fn.reference_policy_kl_penalty", "KL β", "float"),
+    ConfigField("loss_fn.reference_policy_kl_type", "KL estimator", "choice", ("k1", "k2", "k3")),
+    ConfigField("policy.generation.temperature", "temperature", "float"),
+)
 
 
 # the panels most loops share (choice 2): the reward first (its band and the held-out markers

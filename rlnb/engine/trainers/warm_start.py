@@ -117,9 +117,13 @@ WEIGHT_CODE = (
     "rlnb.engine.trainers.rollout",  # sample_and_score: the probe accuracy
     "rlnb.engine.trainers.loop_config",  # the loop's rules, checked when the trainer is built
     "rlnb.engine.trainers.grpo",  # the loop the warm start's trainer is
+    "rlnb.engine.trainers.grpo_config",  # its config section, checked when it is built
+    "rlnb.engine.trainers.setup",  # the trainer's config checked, its task built
     "rlnb.engine.runtime.timing",  # the probe's stage timers
     "rlnb.engine.models.tiny",  # the embedded model's tokenizer and initial weights
     "rlnb.engine.models.policy",  # forward_logprobs, sync_reference
+    "rlnb.engine.models.policy_config",  # the policy's config, its rules checked when built
+    "rlnb.engine.models.schedule",  # the learning-rate schedule the policy's optimizer ticks
     "rlnb.engine.models.shared_prefix",  # imported by the policy (the SFT's pass is the full one)
     "rlnb.engine.models.loading",  # the model and tokenizer loaded (or the tiny one built)
     "rlnb.engine.models.random_init",  # policy.model_name=random: its initial weights
@@ -133,6 +137,7 @@ WEIGHT_CODE = (
     "rlnb.engine.models.vllm_backend",  # the sampler under policy.generation.backend=vllm
     "rlnb.engine.models.vllm_engine",  # its engine's settings
     "rlnb.engine.environments.base",  # reward checks
+    "rlnb.engine.environments.task_settings",  # a task's settings' defaults, given when left out
     "rlnb.engine.environments.tasks",  # the task registry, prompts
     "rlnb.engine.environments.generated",  # addition: its rows and scoring
     "rlnb.engine.environments.reverse",  # data.name=reverse
@@ -152,6 +157,8 @@ WEIGHT_CODE = (
     "rlnb.engine.agents.sampler",  # its completions sampled
     "rlnb.engine.agents.episode",  # its prompts stitched token for token
     "rlnb.engine.agents.client",  # the in-process client its agent code calls
+    "rlnb.engine.agents.parameters",  # what the client does with each create parameter
+    "rlnb.engine.agents.replies",  # the replies its agent code reads
     "rlnb.engine.agents.rollouts",  # its episodes batched (the probe accuracy)
     "rlnb.algorithms.preference",  # nll_loss
     "rlnb.algorithms.logprobs",  # token log-probs of the loss and the sampler

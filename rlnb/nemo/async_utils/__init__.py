@@ -1,7 +1,9 @@
 """NeMo-RL's ``nemo_rl.algorithms.async_utils``: the async GRPO replay buffer with NeMo-RL's
 interface (``replay_buffer.ReplayBufferImpl``). NeMo-RL's ``AsyncTrajectoryCollector`` (a Ray
 actor driving vLLM servers) is not here: rlnb's collector is
-``rlnb.engine.trainers.collector.TrajectoryCollector``, driven by ``AsyncGRPOTrainer``."""
+``rlnb.engine.trainers.collector.TrajectoryCollector``, driven by ``AsyncGRPOTrainer``.
+
+- ``replay_buffer``: ``ReplayBufferImpl`` over ``rlnb.algorithms.replay_buffer``."""
 
 from rlnb.nemo.async_utils.replay_buffer import ReplayBuffer, ReplayBufferImpl
 

@@ -1,6 +1,10 @@
 """NeMo-RL's ``nemo_rl.algorithms.loss``: the loss classes, their configs and input preparation,
 as thin adapters over rlnb's losses (``rlnb.algorithms.policy_loss``, ``preference``,
-``value_loss``, ``packing``). See ``loss_functions.py`` for the call forms."""
+``value_loss``, ``packing``). See ``loss_functions.py`` for the call forms.
+
+- ``loss_functions``: NeMo-RL's loss classes; ``interfaces``: the loss protocol and its enums;
+- ``utils``: a model's logits turned into a loss's input; ``wrapper``: a loss over packed
+  sequences."""
 
 from rlnb.nemo.loss.interfaces import LossFunction, LossInputType, LossType, MetricNormalizer
 from rlnb.nemo.loss.loss_functions import (

@@ -8,9 +8,9 @@ overrides.
 
 Implementation choices:
 1) One typed section per concern, each defined next to the code it configures (``policy`` in
-   engine/models/policy.py, ``loss_fn`` in algorithms/policy_loss.py, ``grpo`` in
-   engine/trainers/grpo.py, ...), assembled here. Unknown keys and bad values fail at load time
-   with the dotted path and the closest valid key.
+   engine/models/policy_config.py, ``loss_fn`` in algorithms/policy_loss.py, ``grpo`` in
+   engine/trainers/grpo_config.py, ...), assembled here. Unknown keys and bad values fail at
+   load time with the dotted path and the closest valid key.
 2) Overrides are ``dotted.key=value`` with the value parsed as YAML (``0.2``, ``true``,
    ``null``, ``[1, 2]``), applied to the YAML before validation, so they are checked the same way.
 3) With no file, ``configs/tiny.yaml`` (the embedded default, shipped in the package) is used;
@@ -35,6 +35,9 @@ Implementation choices:
    constructor has no place for ``ignore_unsupported``, so such a dict is refused in one line
    naming the first keys and ``rlnb.load_config(config, overrides, ignore_unsupported=True)``,
    which lists each with its reason and trains without the ignored ones.
+8) A config file (a preset, a run's ``config.yaml``) is read strictly (``rlnb.user_files``): a
+   key given twice (PyYAML would keep the last, OmegaConf refuses it), a syntax error, a folder
+   given as the file, each one line naming the file (and the key's dotted path and both lines).
 """
 
 from __future__ import annotations
@@ -65,10 +68,10 @@ from rlnb.engine.environments.multiturn import EnvConfig
 from rlnb.engine.environments.reward_funcs import RewardFuncConfig
 from rlnb.engine.environments.run_task import check_reward_rules
 from rlnb.engine.environments.tasks import TaskConfig
-from rlnb.engine.models.policy import PolicyConfig
+from rlnb.engine.models.policy_config import PolicyConfig
 from rlnb.engine.models.value import ValueConfig
 from rlnb.engine.trainers.dpo_config import DPOConfig
-from rlnb.engine.trainers.grpo import GRPOConfig
+from rlnb.engine.trainers.grpo_config import GRPOConfig
 from rlnb.engine.trainers.loop_config import OVERRIDE_ALIASES, check_loop_rules
 from rlnb.engine.trainers.loops import LOOPS, describe_loops, loop_sections
 from rlnb.engine.trainers.ppo import PPOConfig
@@ -77,6 +80,7 @@ from rlnb.run.config.nemo.reader import resolve_interpolations
 from rlnb.run.config.nemo.translate import is_nemo_config, load_nemo_config, translate
 from rlnb.run.store.checkpoint import CheckpointingConfig
 from rlnb.run.store.loggers import LoggerConfig
+from rlnb.user_files import load_yaml, read_text
 
 
 class ClusterConfig(Config):
@@ -226,24 +230,14 @@ def _first_keys(keys, n: int = 3) -> str:
     return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
-def read_yaml(path: str | Path) -> dict:
-    """A config file's mapping; a missing, unreadable or non-mapping file is a ValueError."""
+def read_yaml(path: str | Path, what: str = "config file") -> dict:
+    """A config file's mapping; a missing, unreadable or non-mapping file, a folder, a syntax
+    error or a key given twice is a ValueError naming the file (``rlnb.user_files``)."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except UnicodeDecodeError as err:
-        raise ValueError(f"config file {path} is not UTF-8 text ({err.reason} at byte "
-                         f"{err.start})") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        what = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ValueError(f"config file {path} is not valid YAML{where}: {what}") from None
+    where = f"{what} {path}"
+    data = load_yaml(read_text(path, what), where) or {}
     if not isinstance(data, dict):
-        raise ValueError(f"config file {path} must hold a mapping of sections, got "
-                         f"{type(data).__name__}")
+        raise ValueError(f"{where} must hold a mapping of sections, got {type(data).__name__}")
     return data
 
 
@@ -313,6 +307,11 @@ def import_plugins(modules, folder: Path | None = None) -> None:
         except Exception as err:  # the plug-in's own error, named with its module
             raise ValueError(f"invalid config:\n  imports: cannot import {name!r} "
                              f"({type(err).__name__}: {err})") from None
+        module = sys.modules[name]
+        if getattr(module, "__file__", None) is None and hasattr(module, "__path__"):
+            raise ValueError(f"invalid config:\n  imports: {name!r} is a directory "
+                             f"({list(module.__path__)[0]}), not a module: name the module "
+                             f"file in it ({name}.<file>)")
 
 
 def search_paths(folder: Path | None = None) -> None:

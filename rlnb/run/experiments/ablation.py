@@ -196,7 +196,9 @@ def _new_root(root) -> Path:
         while root.exists():
             root = root.with_name(root.name + "x")
     root = Path(root)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"root {root} is a file, not a directory: choose a new folder")
+    if root.exists() and any(root.iterdir()):
         raise ValueError(f"root {root} exists and is not empty: choose a new folder")
     return root
 

@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rlnb.run.store.foreign_rollouts import foreign_format
 from rlnb.run.store.rundir import read_metrics_file
+from rlnb.user_files import load_yaml, read_text
 
 ABSENT = "<absent>"
 NOT_COMPARABLE = ("data.", "policy.model_name", "policy.tiny.", "policy.tokenizer_name")
@@ -58,10 +57,7 @@ def read_run(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                              "rlnb.run.store.foreign_rollouts.import_rollouts(folder, run_dir) "
                              "writes them as one (docs/guide.md#other-frameworks-rollouts)")
         raise ValueError(f"{path}: no config.yaml (not an rlnb run directory)")
-    try:
-        config = yaml.safe_load(config_file.read_text())
-    except yaml.YAMLError as err:
-        raise ValueError(f"{config_file}: not YAML ({str(err).splitlines()[0]})") from None
+    config = load_yaml(read_text(config_file, "config file"), str(config_file))
     if not isinstance(config, dict):
         raise ValueError(f"{config_file}: expected a mapping of config sections")
     return flat(config), [r for r in read_metrics_file(metrics_file) if "step" in r]

@@ -60,6 +60,7 @@ from rlnb.run.notebooks.execute import (
     check_is_notebook,
     check_kernel,
     new_run_path,
+    notebook_file,
 )
 from rlnb.run.notebooks.parameters import (
     check_parameters,
@@ -162,9 +163,7 @@ def sweep(notebook: str | Path, grid: Mapping[str, Sequence[Any] | Any], *,
     finished points are kept, unfinished ones rerun, failed ones too with ``rerun_failed``, every
     point with ``force``. Ctrl-C stops the running points, marks them ``interrupted`` and
     re-raises."""
-    nb = Path(notebook)
-    if not nb.is_file():
-        raise FileNotFoundError(f"no notebook at {nb}")
+    nb = notebook_file(notebook)
     check_is_notebook(nb)
     grid = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in grid.items()}
     fixed = dict(parameters or {})
@@ -202,6 +201,8 @@ def _plan(root, nb: Path, grid: dict, fixed: dict, names: list[str], points: lis
         for n, p in zip(names, points)]}
     if not root.exists() or (root.is_dir() and not any(root.iterdir())):
         return root.resolve(), record, names
+    if not root.is_dir():
+        raise ValueError(f"--root {root} is a file, not a directory: choose a new sweep root")
     if not (root / SWEEP_JSON).is_file():
         raise ValueError(f"--root {root} exists and is not empty (it holds no sweep): choose a "
                          "new sweep root")

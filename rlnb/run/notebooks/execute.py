@@ -54,6 +54,17 @@ class NotebookResult:
     parameters: dict[str, Any] = field(default_factory=dict)  # as given, before the split
 
 
+def notebook_file(notebook: str | Path) -> Path:
+    """The notebook's path, checked: a missing one is a FileNotFoundError, a folder (or another
+    non-file) a ValueError saying so."""
+    nb = Path(notebook)
+    if nb.is_dir():
+        raise ValueError(f"{nb} is a directory, not a notebook: give the .ipynb file")
+    if not nb.is_file():
+        raise FileNotFoundError(f"no notebook at {nb}")
+    return nb
+
+
 def check_is_notebook(nb: Path) -> None:
     """A readable Jupyter notebook (nbformat 4 JSON with cells), else a ValueError naming it."""
     if nb.suffix != ".ipynb":
@@ -84,15 +95,15 @@ def prepare_run(notebook, run_dir, parameters, kernel_name, *, fresh: bool = Tru
                 ) -> tuple[Path, Path, dict[str, Any]]:
     """Check everything before anything is written; returns absolute notebook and run dir
     (which must be new or empty unless ``fresh=False``)."""
-    nb = Path(notebook)
-    if not nb.is_file():
-        raise FileNotFoundError(f"no notebook at {nb}")
+    nb = notebook_file(notebook)
     check_is_notebook(nb)
     params = check_parameters(nb, parameters or {})
     if kernel_name is not None:
         check_kernel(kernel_name)
     path = Path(run_dir) if run_dir is not None else new_run_path("runs", nb.stem)
-    if path.exists() and (not path.is_dir() or (fresh and any(path.iterdir()))):
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} is a file, not a directory: choose a new run directory")
+    if path.exists() and fresh and any(path.iterdir()):
         raise ValueError(f"{path} exists and is not empty: choose a new run directory")
     return nb.resolve(), path.resolve(), params
 

@@ -30,7 +30,7 @@ from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
-import yaml
+from rlnb.user_files import load_yaml
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")  # 1e-3: a string to YAML 1.1
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -48,10 +48,11 @@ def parse_value(text: str) -> Any:
     None, ``[1, 2]`` list, else the string itself; ``1e-3`` is a float too."""
     if not text.strip():
         return text
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ValueError(f"cannot read the value {text!r}: {str(err).splitlines()[0]}") from None
+    try:  # strictly: a mapping's key given twice is refused (rlnb.user_files)
+        value = load_yaml(text, "it")
+    except ValueError as err:  # "it is not valid YAML at ...", "it: key 'a' appears twice ..."
+        detail = str(err).removeprefix("it").removeprefix(":").strip()
+        raise ValueError(f"cannot read the value {text!r}: {detail}") from None
     if isinstance(value, str) and _FLOAT.fullmatch(value):
         return float(value)
     return value if _plain(value) else text  # YAML dates and the like stay text

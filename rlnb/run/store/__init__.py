@@ -7,6 +7,8 @@
 - ``checkpoint``: save, prune, find the latest, resume exactly;
 - ``loggers``: ``metrics.jsonl`` always, TensorBoard / W&B / stdout on request;
 - ``warm_start_cache``: the warm start's weights on disk, keyed by its settings and code.
+- ``foreign_rollouts``: NeMo-RL's, verl's and TRL's rollout files read as rlnb's steps;
+- ``space``: a full disk, named as such.
 """
 
 from rlnb.run import lazy_modules

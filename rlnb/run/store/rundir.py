@@ -50,6 +50,7 @@ from rlnb.config import flatten
 from rlnb.run.store.atomic import atomic_write_bytes, atomic_write_text
 from rlnb.run.store.rollout_files import is_tensor
 from rlnb.run.store.rollout_store import CHUNK_STEPS, RolloutStore
+from rlnb.user_files import load_yaml, read_text
 
 # Dotted config keys (and prefixes of them) that may differ when resuming: they change what is
 # logged and when the run stops, never the numbers it computes.
@@ -202,11 +203,12 @@ class RunDir:
                 f"{self.path} already holds a run with logged steps or checkpoints: continue it "
                 f"with --resume {self.path} (resume=True), or choose a new run dir (starting "
                 "again here would append duplicate steps and overwrite its checkpoints)")
-        try:
-            saved = yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}
-        except (UnicodeDecodeError, yaml.YAMLError) as err:
-            raise ValueError(f"{self.config_path} is corrupt ({type(err).__name__}); it is the "
-                             "record of what the run trained: restore it to resume") from None
+        try:  # strictly: a key given twice (an edit by hand) is refused, naming both lines
+            saved = load_yaml(read_text(self.config_path, "config file"),
+                              str(self.config_path)) or {}
+        except ValueError as err:
+            raise ValueError(f"{err}; it is the record of what the run trained: restore it to "
+                             "resume") from None
         if not isinstance(saved, dict):
             raise ValueError(f"{self.config_path} is corrupt: not a mapping of sections")
         if self.read_saved is not None:  # choice 7

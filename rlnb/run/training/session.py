@@ -32,6 +32,11 @@ Implementation choices:
    folders, removed at the next start. A corrupt checkpoint is named on resume, with the latest
    intact one. A full disk is named as such (``store/space.py``: the folder, the space free and
    what the save needed), and the step in ``error.txt`` is the one whose save failed.
+8) A run directory that holds no checkpoint and trained no step (a run stopped in its warm
+   start or first step) starts again from step 0: resumed (with its own config.yaml), or reused
+   under the same config; its step-0 record is replaced when step 0 is measured again, never
+   dropped before. One that logged steps but saved no checkpoint cannot be resumed: refused
+   before anything is read or written, naming the way out (its config.yaml, in a new run dir).
 """
 
 from __future__ import annotations
@@ -84,15 +89,21 @@ class TrainingRun:
         """``user_data``: a user's ``reward_funcs``, ``reward_weights``, ``train_dataset`` and
         ``eval_dataset``, as the trainers take them (recorded in the run's config.yaml; a resume
         or a replay of the run is handed them again)."""
+        import torch
+
         from rlnb.engine.environments.run_task import with_user_data
         from rlnb.engine.runtime.distributed import Distributed
         from rlnb.engine.trainers.loop_config import logprob_source
         from rlnb.engine.trainers.loops import parts_in_use
         from rlnb.run.store.loggers import make_loggers
         from rlnb.run.store.rundir import RunDir, first_missing
+        from rlnb.run.training.probes import attach_probes
         from rlnb.run.training.warm_trainer import trainer_with_warm_start
+        from rlnb.threads import busy_machine_note
 
         path = Path(run_dir) if run_dir is not None else RunDir.new_default_path()
+        if resume and path.is_file():
+            raise ValueError(f"cannot resume: {path} is a file, not a run directory")
         if resume and not (path / RunDir.CONFIG).is_file():
             raise ValueError(f"cannot resume: {path} is not a run directory (no config.yaml)")
         if resume and config is None and preset is None:
@@ -106,6 +117,10 @@ class TrainingRun:
         if expected is not None and expected != self.dist.world_size:
             raise ValueError(f"cluster.num_processes={expected}, but {self.dist.world_size} "
                              "process(es) were launched")
+        # choice 8: a run that trained no step starts again from step 0 (resumed, or reused
+        # with the same config), its earlier step-0 record replaced when step 0 is logged again
+        self._restart = resume and nothing_to_resume(path, self.config)
+        self._stale_step_0 = self._restart or (not resume and (path / RunDir.CONFIG).is_file())
         self.run_dir = None
         created = first_missing(path.absolute())
         if self.dist.is_main:
@@ -120,9 +135,13 @@ class TrainingRun:
                 self.config, progress=progress and self.dist.is_main,
                 log=log if self.dist.is_main else _quiet, write=self.dist.is_main,
                 accelerator=accelerator, **user_data)
+            attach_probes(self.trainer)  # the funnel, the memory check: outside the step
             if self.dist.is_main:  # the choice made when the config loaded, said once
                 log(f"generation: policy.generation.backend={self.config.policy.generation.backend}"
                     f"; {logprob_source(self.trainer.loop_config)}")
+                busy = busy_machine_note(torch.get_num_threads())  # rlnb/threads.py
+                if busy:
+                    log(busy)
                 record_parts(self.run_dir.path, parts_in_use(self.config, self.trainer), log)
         except Exception:
             if self.run_dir is not None and created:  # leave nothing half-written behind
@@ -181,6 +200,11 @@ class TrainingRun:
     def _resume(self) -> None:
         if self.dist.is_main:
             clean_partial_saves(self.checkpoint_root)  # a save killed mid-write left these
+        if self._restart:  # choice 8
+            if self.dist.is_main:
+                self.log_line(f"resume: {self.path} holds no checkpoint and trained no step: "
+                              "starting it again from step 0 with its config.yaml")
+            return
         ckpt = latest_checkpoint(self.checkpoint_root)
         if ckpt is None:
             raise ValueError(f"cannot resume {self.path}: no checkpoint in {self.checkpoint_root}")
@@ -231,6 +255,9 @@ class TrainingRun:
         step = int(metrics.get("step", self.trainer.step_count))
         if step == 0 and self.accuracy_before is None:
             self.accuracy_before = metrics.get("validation/accuracy")
+        if self.run_dir is not None and step == 0 and self._stale_step_0:
+            self.run_dir.truncate_metrics(after_step=-1)  # choice 8: measured again, replaced
+            self._stale_step_0 = False
         if self.run_dir is not None:
             values = {k: v for k, v in metrics.items() if k != "step"}
             self._loggers_open = True  # a writer closed by an earlier train() reopens on write
@@ -390,6 +417,27 @@ def record_parts(run_dir: Path, parts: dict[str, str], log) -> None:
     if changed:
         log(f"{PARTS}: the run now uses other classes under the same names: {'; '.join(changed)}")
     atomic_write_text(path, json.dumps(parts, indent=1) + "\n")
+
+
+def nothing_to_resume(path: Path, config: MasterConfig) -> bool:
+    """Whether a run to resume holds no checkpoint and trained no step, so it starts again from
+    step 0 (choice 8). One that trained steps but saved no checkpoint cannot go on: a ValueError
+    naming the way out (its config trains again in a new run directory)."""
+    from rlnb.run.store.rundir import RunDir, read_metrics_file
+
+    root = config.checkpointing.resolve_dir(path)
+    if latest_checkpoint(root) is not None:
+        return False
+    steps = [r["step"] for r in read_metrics_file(path / RunDir.METRICS) if r["step"] > 0]
+    if not steps:
+        return True
+    c = config.checkpointing
+    why = ("checkpointing.enabled=false: it saves none" if not c.enabled else
+           f"checkpointing.save_period={c.save_period}: it stopped before its first save")
+    raise ValueError(f"cannot resume {path}: no checkpoint in {root}, though it logged steps up "
+                     f"to {max(steps)} ({why}); {path} is left as it is: train its config again "
+                     f"in a new run directory: rlnb train {path / RunDir.CONFIG} --run-dir "
+                     "NEW_DIR")
 
 
 def checkpoint_bytes(trainer) -> int:

@@ -111,10 +111,13 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
     )
     from rlnb.run.store.rollout_store import RolloutStore
     from rlnb.run.store.rundir import RunDir, read_metrics_file
+    from rlnb.run.training.probes import attach_probes
     from rlnb.run.training.session import rollout_table
     from rlnb.run.training.warm_trainer import trainer_with_warm_start
 
     run_dir = Path(run_dir)
+    if run_dir.is_file():
+        raise ValueError(f"{run_dir} is a file, not a run directory")
     if not (run_dir / RunDir.CONFIG).is_file():
         raise ValueError(f"{run_dir} is not a run directory (no config.yaml)")
     config = load_config(run_dir / RunDir.CONFIG)
@@ -142,6 +145,7 @@ def verify_run(run_dir: str | Path, from_step: int | None = None, steps: int | N
         raise ValueError(f"--steps {n}: the run logged steps {available[:n] or 'none'} after "
                          f"checkpoint {k}; nothing to compare beyond them")
     trainer, _ = trainer_with_warm_start(config, **user_data)
+    attach_probes(trainer)  # what the run measured (its funnel): compared as the rest is
     state = load_checkpoint(ckpts[k], model=trainer.policy.model,
                             optimizer=trainer.policy.optimizer,
                             scheduler=trainer.policy.scheduler, extra=trainer.checkpoint_parts())

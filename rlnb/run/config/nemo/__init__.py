@@ -1,6 +1,7 @@
 """NeMo-RL's YAML configs as rlnb configs (``load_config`` hands them to ``translate``).
 
-- ``reader``: a NeMo-RL YAML file read as NeMo-RL does (``defaults:``, ``${...}`` interpolations);
+- ``reader``: a NeMo-RL YAML file read as NeMo-RL reads it, with OmegaConf (``defaults:``,
+  ``${...}`` interpolations);
 - ``translate``: the translation: every key used, ignored (listed) or refused (named);
 - ``loop_sections``: the translation of the loop sections (and ``dpo``, ``logger``), with
   NeMo-RL's loop defaults;
