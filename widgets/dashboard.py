@@ -202,10 +202,10 @@ class Dashboard(LiveAndStatic):
         records = read_metrics_file(Path(path) / RunDir.METRICS)
         config = Path(path) / RunDir.CONFIG
         saved = {}
-        if config.is_file():
-            import yaml
+        if config.is_file():  # read as every run file is: a repeated key refused, one line
+            from rlnb.user_files import load_yaml
 
-            saved = yaml.safe_load(config.read_text()) or {}
+            saved = load_yaml(config.read_text(), f"run config {config}") or {}
         if "panels" not in kwargs:
             loop = recorded_loop(Path(path), saved)
             entries = saved.get("reward_funcs") or []

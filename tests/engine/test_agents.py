@@ -620,16 +620,30 @@ def test_agent_tasks_train_under_async_grpo_with_their_masks_and_counts_through_
         trainer.close()
 
 
-def test_a_nemo_rl_yaml_naming_an_agent_task_is_refused_before_any_work(tmp_path):
-    """NeMo-RL's GRPO reads its data sets from data.train (math rows); an agent task laid over
-    it in the rlnb: section meets the math data keys the file translates to, and the config is
-    refused when it loads, naming them (no model, no trainer built)."""
+def test_a_nemo_rl_yaml_whose_rlnb_section_names_an_agent_task_trains_it(tmp_path):
+    """NeMo-RL's GRPO reads math rows from data.train; an agent task named in the rlnb: section
+    replaces that data section: NeMo-RL's data keys are listed as ignored (not refused as keys
+    the task lacks), and with them ignored the calculator trains a step of the YAML's loop."""
     from nemo_shaped_configs import grpo_shaped, math_jsonl, tiny_model, write_yaml
+
+    from rlnb.engine.trainers.loops import make_trainer
 
     cfg = grpo_shaped(tiny_model(tmp_path / "model"), math_jsonl(tmp_path / "math.jsonl"))
     cfg["grpo"]["max_rollout_turns"] = 2
-    cfg["rlnb"] = {"data": {"name": "calculator"}, "policy": {"tiny": {"chat_template": True}}}
+    cfg["rlnb"] = {"data": {"name": "calculator", "num_val": 8},
+                   "policy": {"model_name": "tiny", "tiny": {"chat_template": True},
+                              "chat_template": True}}
     path = write_yaml(tmp_path / "grpo_calculator.yaml", cfg)
-    with pytest.raises(ValueError, match=r"data.dataset_name: task 'calculator' has no such "
-                                         r"setting \('math' has it\)"):
-        load_config(path, ignore_unsupported=True)
+    with pytest.raises(ValueError) as refused:
+        load_config(path)
+    assert "replaced by the rlnb: section's data (task 'calculator')" in str(refused.value)
+    assert "has no such setting" not in str(refused.value)
+    config = load_config(path, ignore_unsupported=True)
+    assert config.data.name == "calculator" and config.grpo.max_rollout_turns == 2
+    with pytest.raises(ValueError, match=r"grpo.max_rollout_turns=1, but task 'calculator' "
+                                         r"needs 2 model turns"):
+        load_config(path, ["grpo.max_rollout_turns=1"], ignore_unsupported=True)
+    trainer = make_trainer(load_config(config, ["grpo.val_period=0", "sft.enabled=false",
+                                                "grpo.num_prompts_per_step=2",
+                                                "grpo.num_generations_per_prompt=2"]))
+    assert trainer.step()["train/mean_turns"] >= 1

@@ -172,7 +172,16 @@ def translate(nemo: dict) -> Translation:
         out["value"] = model_section(r, "value", policy=out["policy"])
         out["value_loss_fn"] = r.take_section("value_loss_fn")
     schedule_cadence(r, out, loop)
-    out["data"] = data_section(r, out, loop)
+    extras = nemo.get("rlnb") or {}
+    task = (extras.get("data") or {}).get("name") if isinstance(extras, Mapping) else None
+    if task not in (None, "math"):  # another task in rlnb: NeMo-RL's data keys are not its keys
+        note = (f"replaced by the rlnb: section's data (task {task!r}), which reads none of "
+                "NeMo-RL's math data keys")
+        r.ignore("data", note=note, force=True)
+        r.ignore("env", note=note, force=True)
+        out["data"] = {}
+    else:
+        out["data"] = data_section(r, out, loop)
     out["checkpointing"] = r.copy("checkpointing", ("enabled", "save_period", "keep_top_k"))
     r.ignore("checkpointing", "checkpoint")
     out["logger"] = logger_section(r)
@@ -188,7 +197,6 @@ def translate(nemo: dict) -> Translation:
     r.ignore("data_plane", "data_plane")
     r.refuse_rest("not a key rlnb's NeMo-RL reader maps (a newer NeMo-RL key?): remove it, or "
                   "ask for it to be mapped")
-    extras = nemo.get("rlnb") or {}
     if not isinstance(extras, Mapping):
         r.refuse("rlnb", "the rlnb: section must be a mapping of rlnb config sections")
         extras = {}
