@@ -12,10 +12,18 @@
 # **Objective:** compute a group-relative advantage by hand and say why, in a group with one
 # right answer, the answers are weighed on two scales. **Before this:** the policy gradient with
 # a baseline; PyTorch tensors and their shapes.
+#
+# **Difficulty:** ★☆☆ (the first exercise: indexing along the right axis is most of it).
+# **Time:** about 35 minutes: sections 1-3 in 20, section 4 (predict, run, discuss) in 15; how
+# long its live runs take on your machine, `rlnb preflight` says.
+# Each function has two hints, folded under its instruction: open the first when stuck, the
+# second only after it. **Hand in** this notebook run top to bottom, with your predictions
+# written where it says *Your prediction*.
 
 # %% tags=["parameters"]
-fast = False  # tests: a smaller model, no warm start, 2 training steps per run
+fast = False  # a smaller model, no warm start, 2 training steps per run (its numbers mean nothing)
 seed = 0  # grpo.seed of the real batch and of the live runs
+live_steps = None  # training steps per live run (None: the lab's own)
 run_dir = None  # unused (rlnb run passes it to every notebook)
 
 # %%
@@ -23,6 +31,8 @@ import torch
 
 import rlnb
 from rlnb import teach
+
+torch.set_num_threads(teach.LAB_THREADS)  # one thread: the numbers the solutions quote
 
 # %% [markdown]
 # ## 1. The baseline, leaving one out
@@ -43,6 +53,21 @@ from rlnb import teach
 #
 # **Write** `leave_one_out_baseline(rewards)` for `rewards` of shape `[P, G]`, returning
 # `(baseline, std)`, both `[P, G]`. A loop over `i` is fine.
+#
+# <details><summary>Hint 1</summary>
+#
+# The mean of the others needs no loop: the group's sum minus your own reward, divided by how
+# many others there are. Sum along the group, `dim=1`, with `keepdim=True` so it broadcasts
+# back to `[P, G]`.
+#
+# </details>
+# <details><summary>Hint 2 (stronger)</summary>
+#
+# For the std, loop over `i`: take the group without column `i` (`torch.cat` of the columns
+# before and after it, `[P, G-1]`) and call `.std(dim=1)`, which is Bessel's ÷ (n − 1) by
+# default. Start from `torch.zeros_like(rewards)` and leave it at 0 when `G = 2`.
+#
+# </details>
 
 # %%
 def leave_one_out_baseline(rewards):
@@ -72,6 +97,19 @@ teach.check_leave_one_out_baseline(leave_one_out_baseline)
 # times the difference.
 #
 # **Write** `grpo_advantages(rewards, eps=1e-6)`, `[P, G] -> [P, G]` (use your baseline).
+#
+# <details><summary>Hint 1</summary>
+#
+# Two cases per element, chosen by σ: compute both candidates for the whole tensor and pick
+# element by element. Don't add ε inside a square root, and don't divide where σ = 0.
+#
+# </details>
+# <details><summary>Hint 2 (stronger)</summary>
+#
+# `torch.where(condition, a, b)` takes `a` where the condition holds and `b` elsewhere; here
+# the condition is `std > 0`, `a` the difference divided by `std + eps`, `b` the difference.
+#
+# </details>
 
 # %%
 def grpo_advantages(rewards, eps=1e-6):
@@ -112,25 +150,43 @@ print("without leave-one-out (rlnb):\n",
 # ## 3. On a real batch
 #
 # One rollout of the warm-started tiny model (16 prompts × 16 answers of 2-digit additions;
-# reward 1 for the right sum). Your advantages against the trainer's own `compute_advantages`:
+# reward 1 for the right sum). Your advantages against the trainer's own `compute_advantages`.
+#
+# Which advantage does the trainer use? rlnb's embedded recipe (`configs/tiny.yaml`) takes the
+# group's own mean and std, the response itself included (`use_leave_one_out_baseline: false`,
+# one of TRL's choices that learned faster on this task). This exercise teaches leave-one-out,
+# so its trainer **pins** the setting (`teach.EXPERIMENTS["group_size"].pinned`, printed
+# below): your advantages must equal the trainer's, and differ from the recipe's.
 
 # %%
-trainer = teach.warm_trainer(seed=seed, fast=fast)
+experiment = teach.EXPERIMENTS["group_size"]
+trainer = teach.warm_trainer(seed=seed, fast=fast, overrides=experiment.pinned)
+print("pinned:", " ".join(experiment.pinned))
 batch = trainer.rollout()
 P, G = trainer.loop_config.num_prompts_per_step, trainer.loop_config.num_generations_per_prompt
 rewards = batch.rewards.view(P, G)  # rows of the batch are grouped: prompt p is rows p·G..p·G+G-1
 mine = grpo_advantages(rewards).flatten()
 rlnb_adv = trainer.compute_advantages(batch).sequence_advantages()
-print(f"largest difference from the trainer's advantages: {(mine - rlnb_adv).abs().max():.2e}")
+prompt_of_row = torch.arange(P).repeat_interleave(G)  # [B]
+recipe = rlnb.grpo_advantages(prompt_of_row, rewards.flatten(), leave_one_out=False)
+print(f"largest difference from the trainer's advantages (leave-one-out): "
+      f"{(mine - rlnb_adv).abs().max():.1e}")
+print(f"largest difference from the embedded recipe's (the group's own mean and std): "
+      f"{(mine - recipe).abs().max():.2f}")
 print(f"rewards per group: {rewards.sum(1).int().tolist()} right of {G}")
 print(f"groups whose advantages are all 0 (all right or all wrong): "
       f"{int((mine.view(P, G).abs().sum(1) == 0).sum())} of {P}")
 
 # %% tags=["solution"]
+# what the cell above shows, as a check: the same advantages as the trainer's (which pins
+# leave-one-out), not the recipe's whenever a group has signal
+assert (mine - rlnb_adv).abs().max() < 1e-5, (mine - rlnb_adv).abs().max()
+assert trainer.loop_config.adv_estimator.use_leave_one_out_baseline
+
+# %% tags=["solution"]
 # section 1's factor on this batch, against rlnb.grpo_advantages without the std: the
 # leave-one-out difference r_i - b_i is G/(G-1) times r_i - mean(r), so a baseline that
 # includes r_i shrinks every difference by (G-1)/G
-prompt_of_row = torch.arange(P).repeat_interleave(G)  # [B]
 loo = rlnb.grpo_advantages(prompt_of_row, rewards.flatten(), normalize_rewards=False)
 with_self = rlnb.grpo_advantages(prompt_of_row, rewards.flatten(), leave_one_out=False,
                                  normalize_rewards=False)
@@ -143,8 +199,13 @@ print(f"r - b_loo = G/(G-1) (r - mean r) on all {P * G} rows, G/(G-1) = {G / (G 
 # ## 4. Predict, then run: how large should a group be?
 #
 # A step samples B = P·G responses. With the same B = 256, compare 16 prompts × 16 answers
-# (the default) with 128 prompts × 2 answers, for 100 steps from the same warm start.
-# The warm-started model is right about a quarter of the time.
+# (the default) with 128 prompts × 2 answers, for 100 steps from the same warm start, both
+# with your advantage (leave-one-out, pinned).
+#
+# <!-- lab-numbers: 01-start -->
+# The warm-started model is right on 21.0% to 39.0% of the held-out problems (seeds 0-2 on the
+# CPU classes of docs/teaching.md; your seed and machine print theirs as the runs start).
+# <!-- /lab-numbers -->
 #
 # **Predict** before running the next cells:
 # 1. `train/groups_with_signal` (the share of groups whose rewards are not all equal) for each
@@ -162,25 +223,34 @@ print(f"r - b_loo = G/(G-1) (r - mean r) on all {P * G} rows, G/(G-1) = {G / (G 
 
 # %%
 print(teach.EXPERIMENTS["group_size"].describe())
-result = teach.run_experiment("group_size", seed=seed, fast=fast)
+result = teach.run_experiment("group_size", seed=seed, fast=fast, steps=live_steps)
 result.table
 
 # %% [markdown] tags=["solution"]
-# **What happened** (seed 0, measured for docs/teaching.md):
+# <!-- lab-numbers: 01-what-happened -->
+# **What happened** (100 steps; seeds 0, 1 and 2 on AVX2 and AVX-512, measured for
+# docs/teaching.md):
 #
-# | seed | groups with signal, G = 16 / G = 2 | held-out accuracy after 100 steps, G = 16 / G = 2 |
-# |---|---|---|
-# | 0 | 0.85 / 0.33 | 20.5% → 34.0% / 20.5% → 43.0% |
-# | 1 | 0.90 / 0.37 | 26.0% → 44.0% / 26.0% → 53.5% |
-# | 2 | 0.95 / 0.32 | 32.5% → 58.0% / 32.5% → 63.0% |
+# | CPU, seed | groups with signal, G = 16 / G = 2 | held-out accuracy, G = 16 | G = 2 |
+# |---|---|---|---|
+# | AVX2, 0 | 0.86 / 0.30 | 30.5% → 33.0% | 30.5% → 38.5% |
+# | AVX2, 1 | 0.82 / 0.38 | 24.5% → 44.0% | 24.5% → 53.5% |
+# | AVX2, 2 | 0.91 / 0.34 | 33.5% → 62.0% | 33.5% → 69.5% |
+# | AVX-512, 0 | 0.78 / 0.30 | 21.0% → 29.5% | 21.0% → 36.5% |
+# | AVX-512, 1 | 0.90 / 0.39 | 32.0% → 45.5% | 32.0% → 51.5% |
+# | AVX-512, 2 | 0.89 / 0.30 | 39.0% → 63.0% | 39.0% → 71.0% |
 #
-# 1. With p about 0.3-0.5 (the training reward), $1 - p^{16} - (1-p)^{16}$ is nearly 1 and
-#    $2p(1-p)$ about 0.45; measured: 0.85-0.95 and 0.32-0.37, lower than the formula because p
-#    is not one number: some prompts the model always gets right or always wrong.
-# 2. G = 2 ended higher on all three seeds (by 5 to 9.5 points), although two thirds of its
-#    pairs carried no signal: it trains on 128 different problems per step instead of 16. We
-#    did not isolate the cause; running 64 × 4 and 32 × 8 would (one line in
+# 1. With p, the training reward, at 0.36 to 0.63, $1 - p^{16} - (1-p)^{16}$ is nearly 1 and
+#    $2p(1-p)$ about 0.50; measured: 0.78 to 0.91 and 0.30 to 0.39, below the formula on all six
+#    runs for G = 16, because p is not one number: some prompts the model always gets right or
+#    always wrong.
+# 2. G = 2 ended higher on all six runs (by 5.5 to 9.5 points), although 60.9% to 70.3% of the G
+#    = 2 pairs carried no signal: G = 2 trains on 128 different problems per step instead of 16,
+#    with about 86 of its 256 answers in pairs with signal against about 221 in G = 16's groups.
+#    A hundred steps and one validation of 200 problems move by a few points by chance; we did
+#    not isolate the cause, and running 64 × 4 and 32 × 8 would (one line in
 #    `rlnb.teach.EXPERIMENTS`).
+# <!-- /lab-numbers -->
 #
 # 3. A (1, 0) pair has σ = 0 for both (each has one other), so rlnb keeps the raw difference:
 #    +1 and −1. Pairs carry signal only when one is right and one is wrong.

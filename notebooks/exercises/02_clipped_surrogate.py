@@ -8,16 +8,26 @@
 # **Objective:** write the clipped policy loss per token and say which tokens the clip stops
 # pushing, and what DAPO's clip-higher and the dual clip change. **Before this:** exercise 1; the
 # importance ratio π_θ/π_old.
+#
+# **Difficulty:** ★★☆ (the formula has cases; the check compares your gradient too).
+# **Time:** about 25 minutes: sections 1-2 in 15, section 3 (predict, run, discuss) in 10; how
+# long its live runs take on your machine, `rlnb preflight` says.
+# Each function has two hints, folded under its instruction: open the first when stuck, the
+# second only after it. **Hand in** this notebook run top to bottom, with your predictions
+# written where it says *Your prediction*.
 
 # %% tags=["parameters"]
-fast = False  # tests: a smaller model, no warm start, 2 training steps per run
+fast = False  # a smaller model, no warm start, 2 training steps per run (its numbers mean nothing)
 seed = 0  # grpo.seed of the live runs
+live_steps = None  # training steps per live run (None: the lab's own)
 run_dir = None  # unused (rlnb run passes it to every notebook)
 
 # %%
 import torch
 
 from rlnb import teach
+
+torch.set_num_threads(teach.LAB_THREADS)  # one thread: the numbers the solutions quote
 
 # %% [markdown]
 # ## 1. The loss per token
@@ -46,6 +56,22 @@ from rlnb import teach
 # dual_clip_c)`: every tensor `[B, T]`, returning the per-token loss `[B, T]` (no mask, no
 # mean: exercise 3 does that). `dual_clip_c=None` means no dual clip. The check also compares
 # your gradient with respect to `logprobs`.
+#
+# <details><summary>Hint 1</summary>
+#
+# The ratio comes from the log-probs: the exponential of a difference. Then two candidate
+# losses per token, one with the ratio and one with the clipped ratio, and keep the larger of the
+# two (a loss's pessimistic bound). The dual clip comes last, and only where A < 0.
+#
+# </details>
+# <details><summary>Hint 2 (stronger)</summary>
+#
+# `torch.clamp` clips the ratio to [1 − ε_lo, 1 + ε_hi]; `torch.maximum` keeps the larger of two
+# tensors element by element; the dual clip is a `torch.where` on `advantages < 0` that keeps
+# `torch.minimum` of the loss and its cap −A·C there, the loss elsewhere. Keep every step a
+# tensor operation, or the gradient is lost.
+#
+# </details>
 
 # %%
 def ppo_clip_loss(logprobs, prev_logprobs, advantages, *, eps_low=0.2, eps_high=0.28,
@@ -104,28 +130,40 @@ for r, a, g in zip(ratios[0].tolist(), advantages[0].tolist(), logprobs.grad[0].
 
 # %%
 print(teach.EXPERIMENTS["optimizer_steps"].describe())
-result = teach.run_experiment("optimizer_steps", seed=seed, fast=fast)
+result = teach.run_experiment("optimizer_steps", seed=seed, fast=fast, steps=live_steps)
 result.table
 
+# %% tags=["solution"]
+# answer 1 as a check: with one optimizer step per rollout π_θ is π_old, the clip never acts
+clip = result.table.filter(like="train/clip_fraction").iloc[:, 0]
+assert clip["1 step per rollout"] == 0, clip
+print(f"clip fraction with one optimizer step per rollout: {clip['1 step per rollout']}")
+
 # %% [markdown] tags=["solution"]
-# **What happened** (seed 0, measured for docs/teaching.md):
+# <!-- lab-numbers: 02-what-happened -->
+# **What happened** (60 steps; clip fraction and entropy: means over the last 10 steps; seeds 0,
+# 1 and 2 on AVX2 and AVX-512, measured for docs/teaching.md):
 #
-# | seed | clip fraction: 1 step / 4 steps ε_hi 0.2 / 4 steps ε_hi 0.28 | entropy (nats), ε_hi 0.2 / 0.28 | held-out accuracy after 60 steps, 1 step / 0.2 / 0.28 |
+# | CPU, seed | clip fraction: 1 step / 4 steps ε_hi 0.2 / ε_hi 0.28 | entropy (nats), ε_hi 0.2 / 0.28 | held-out accuracy, 1 step / 0.2 / 0.28 |
 # |---|---|---|---|
-# | 0 | 0 / 0.069 / 0.052 | 0.670 / 0.692 | 29.5% / 34.0% / 25.5% |
-# | 1 | 0 / 0.088 / 0.076 | 0.580 / 0.564 | 37.5% / 40.0% / 35.5% |
-# | 2 | 0 / 0.061 / 0.058 | 0.474 / 0.493 | 48.0% / 46.0% / 51.5% |
+# | AVX2, 0 | 0.000 / 0.099 / 0.080 | 0.602 / 0.586 | 30.5% → 29.0% / 28.5% / 35.0% |
+# | AVX2, 1 | 0.000 / 0.108 / 0.123 | 0.523 / 0.507 | 24.5% → 27.0% / 35.0% / 37.0% |
+# | AVX2, 2 | 0.000 / 0.091 / 0.077 | 0.430 / 0.413 | 33.5% → 50.0% / 50.5% / 46.5% |
+# | AVX-512, 0 | 0.000 / 0.091 / 0.083 | 0.663 / 0.622 | 21.0% → 26.5% / 28.0% / 29.0% |
+# | AVX-512, 1 | 0.000 / 0.136 / 0.109 | 0.495 / 0.508 | 32.0% → 36.0% / 36.0% / 33.5% |
+# | AVX-512, 2 | 0.000 / 0.075 / 0.062 | 0.372 / 0.369 | 39.0% → 47.5% / 55.5% / 56.0% |
 #
-# (all from 20.5%, 26.0% and 32.5%; clip fraction and entropy are means over the last 10 steps)
-#
-# 1. Exactly 0 on every step: with one optimizer step per rollout, π_θ is π_old when the loss
-#    is computed, ρ = 1 for every token and the clip never acts.
-# 2. Clip-higher lowers the clip fraction a little on every seed (0.3 to 1.7 points): the
-#    upper bound binds less often. With four steps only 5-9 % of the tokens are clipped at all.
-# 3. No consistent effect: entropy moves by ±0.02 nats in both directions and accuracy by up to
-#    8.5 points either way across seeds, as large as the seed-to-seed spread. The answers are
-#    3-4 characters long and the upper clip binds on a few percent of the tokens, so raising it
-#    changes little; DAPO's entropy effect comes from long responses with many rare tokens.
+# 1. Exactly 0 on every step of every run: with one optimizer step per rollout, π_θ is π_old
+#    when the loss is computed, ρ = 1 for every token and the clip never acts.
+# 2. With four steps the clip acts on 7.5% to 13.6% of the tokens; clip-higher lowered that on
+#    five of six runs (by 1.4 to 2.8 points): the upper bound binds less often.
+# 3. No consistent effect on entropy: it rose on one of six runs and fell on five of six runs
+#    (−0.040 to +0.013 nats). Held-out accuracy moved both ways: up on four of six runs, down on
+#    two of six runs (−4.0 to +6.5 points), as much as it moves between seeds. The answers are
+#    3-4 characters long and the upper clip binds on a few tokens in a hundred, so raising it
+#    has little to release; DAPO's entropy effect comes from long responses with many rare
+#    tokens.
+# <!-- /lab-numbers -->
 
 # %% [markdown]
 # ## Discussion

@@ -8,16 +8,26 @@
 #
 # **Objective:** turn per-token losses into one number in two ways and measure how each weighs
 # long and short responses. **Before this:** exercise 2; masked means.
+#
+# **Difficulty:** ★☆☆ (two masked means; the care is in which count divides).
+# **Time:** about 20 minutes: sections 1-2 in 12, section 3 (predict, run, discuss) in 8; how
+# long its live runs take on your machine, `rlnb preflight` says.
+# Each function has two hints, folded under its instruction: open the first when stuck, the
+# second only after it. **Hand in** this notebook run top to bottom, with your predictions
+# written where it says *Your prediction*.
 
 # %% tags=["parameters"]
-fast = False  # tests: a smaller model, no warm start, 2 training steps per run
+fast = False  # a smaller model, no warm start, 2 training steps per run (its numbers mean nothing)
 seed = 0  # grpo.seed of the real batch and of the live runs
+live_steps = None  # training steps per live run (None: the lab's own)
 run_dir = None  # unused (rlnb run passes it to every notebook)
 
 # %%
 import torch
 
 from rlnb import teach
+
+torch.set_num_threads(teach.LAB_THREADS)  # one thread: the numbers the solutions quote
 
 # %% [markdown]
 # ## 1. Two reductions
@@ -33,6 +43,21 @@ from rlnb import teach
 #
 # **Write** both, for `per_token` and `token_mask` `[B, T]` and `sample_mask` `[B]`, each
 # returning a 0-d tensor.
+#
+# <details><summary>Hint 1</summary>
+#
+# A token counts when its own token_mask is 1 and its row's sample_mask is 1: broadcast the
+# row mask `[B]` over the tokens with `[:, None]`. The two reductions differ only in what divides:
+# all the valid tokens of the batch, or each row's own tokens and then the rows.
+#
+# </details>
+# <details><summary>Hint 2 (stronger)</summary>
+#
+# Token level: the sum of loss × mask over everything, over the sum of the mask. Sequence
+# level: for each row, the sum over its tokens over its token count (`.clamp(min=1)` for a row with
+# none), then the mean of those per-row values over the rows whose sample_mask is 1.
+#
+# </details>
 
 # %%
 def token_level_loss(per_token, token_mask, sample_mask):
@@ -118,27 +143,32 @@ for reduction, expected in formula.items():
 
 # %%
 print(teach.EXPERIMENTS["length_bias"].describe())
-result = teach.run_experiment("length_bias", seed=seed, fast=fast)
+result = teach.run_experiment("length_bias", seed=seed, fast=fast, steps=live_steps)
 result.table
 
 # %% [markdown] tags=["solution"]
-# **What happened** (seed 0, measured for docs/teaching.md):
+# <!-- lab-numbers: 03-what-happened -->
+# **What happened** (60 steps; lengths in tokens, means over the last 10 steps; seeds 0, 1 and 2
+# on AVX2 and AVX-512, measured for docs/teaching.md):
 #
-# | seed | length of wrong answers (tokens), token / sequence | of right answers | held-out accuracy after 60 steps |
-# |---|---|---|---|
-# | 0 | 4.75 / 4.77 | 4.51 / 4.75 | 24% → 19% / 24% → 18% |
-# | 1 | 3.40 / 5.23 | 3.16 / 5.26 | 21% → 16% / 21% → 15% |
-# | 2 | 4.77 / 5.87 | 4.90 / 5.87 | 21% → 24% / 21% → 16% |
+# | CPU, seed | wrong answers' length, token / sequence | right answers' | accuracy, token level | sequence level |
+# |---|---|---|---|---|
+# | AVX2, 0 | 3.23 / 5.13 | 3.30 / 5.57 | 32.0% → 23.0% | 32.0% → 22.0% |
+# | AVX2, 1 | 4.88 / 4.97 | 5.47 / 5.17 | 27.0% → 21.0% | 27.0% → 29.0% |
+# | AVX2, 2 | 4.16 / 6.49 | 4.24 / 6.72 | 11.0% → 14.0% | 11.0% → 20.0% |
+# | AVX-512, 0 | 3.84 / 5.43 | 3.67 / 5.31 | 33.0% → 32.0% | 33.0% → 28.0% |
+# | AVX-512, 1 | 3.82 / 3.58 | 3.57 / 3.29 | 22.0% → 15.0% | 22.0% → 25.0% |
+# | AVX-512, 2 | 3.58 / 4.00 | 3.67 / 4.04 | 23.0% → 22.0% | 23.0% → 29.0% |
 #
-# (lengths are means over the last 10 steps)
-#
-# 1. Under the sequence-level loss responses were longer on two seeds of three, by about 1-2
-#    tokens, but right and wrong answers alike; Dr. GRPO's claim is that *wrong* answers grow.
-#    The paired 95 % t interval of the difference for wrong answers over the three seeds is
-#    +0.98 [−1.28, +3.24] tokens (`rlnb.run.experiments.stats.difference_ci`): it contains 0.
-# 2. One seed would not do: seed 0 alone shows no difference at all. At this scale (answers of
-#    3-6 characters, 60 steps) the length bias is at most a trend; held-out accuracy barely
-#    moves in 60 steps on this task, and mostly falls, with either loss.
+# 1. Under the sequence-level loss wrong answers were longer on five of six runs (sequence minus
+#    token level: −0.24 to +2.33 tokens), right answers on four of six runs (−0.31 to +2.48);
+#    Dr. GRPO's claim is that *wrong* answers grow. The paired 95 % t interval of the difference
+#    for wrong answers over the six runs is 1.02 [−0.10, 2.13] tokens
+#    (`rlnb.run.experiments.stats.difference_ci`): it contains 0.
+# 2. One run would not do: the differences range from −0.24 to +2.33 tokens. At this scale
+#    (answers of 3-6 characters, 60 steps) the length bias is at most a trend; held-out accuracy
+#    moves little in 60 steps on this task, with either loss.
+# <!-- /lab-numbers -->
 
 # %% [markdown]
 # ## Discussion

@@ -8,10 +8,18 @@
 #
 # **Objective:** write k1, k2, k3 and the exact KL, and measure their bias and variance by
 # sampling. **Before this:** the KL divergence; log-probabilities.
+#
+# **Difficulty:** ★★☆ (one line each; the signs are the whole difficulty).
+# **Time:** about 25 minutes: sections 1-3 in 15, section 4 (predict, run, discuss) in 10; how
+# long its live runs take on your machine, `rlnb preflight` says.
+# Each function has two hints, folded under its instruction: open the first when stuck, the
+# second only after it. **Hand in** this notebook run top to bottom, with your predictions
+# written where it says *Your prediction*.
 
 # %% tags=["parameters"]
-fast = False  # tests: a smaller model, no warm start, 2 training steps per run
+fast = False  # a smaller model, no warm start, 2 training steps per run (its numbers mean nothing)
 seed = 0  # grpo.seed of the live runs, and of the sampling below
+live_steps = None  # training steps per live run (None: the lab's own)
 run_dir = None  # unused (rlnb run passes it to every notebook)
 samples = 200_000  # tokens drawn to measure each estimator's bias
 
@@ -21,6 +29,8 @@ import torch
 
 from rlnb import teach
 from rlnb.algorithms.kl import calculate_kl
+
+torch.set_num_threads(teach.LAB_THREADS)  # one thread: the numbers the solutions quote
 
 # %% [markdown]
 # ## 1. Three estimators
@@ -37,6 +47,19 @@ from rlnb.algorithms.kl import calculate_kl
 # second order in $\ell$). GRPO and NeMo-RL use $k_3$.
 #
 # **Write** `k1`, `k2`, `k3(logprobs, reference_logprobs)`, each `[B, T] -> [B, T]`.
+#
+# <details><summary>Hint 1</summary>
+#
+# Write ℓ = reference_logprobs − logprobs first: each estimator is then one line of ℓ. Mind the
+# sign of k1 (it is −ℓ), and return one value per token: no mean.
+#
+# </details>
+# <details><summary>Hint 2 (stronger)</summary>
+#
+# k2 is ℓ²/2 and k3 uses `torch.exp` of ℓ. Test your three on a token where both log-probs are
+# equal: each must give exactly 0; then on one where π likes the token more than π_ref: k1 > 0.
+#
+# </details>
 
 # %%
 def k1(logprobs, reference_logprobs):
@@ -71,6 +94,19 @@ teach.check_kl_estimator("k3", k3)
 #   \qquad \log\pi = \operatorname{log\_softmax}(z)$$
 #
 # **Write** `exact_kl(logits, reference_logits)`, `[..., V] -> [...]`.
+#
+# <details><summary>Hint 1</summary>
+#
+# Logits are not log-probabilities: normalise each over the last dimension first. The sum runs
+# over the vocabulary only, one KL per position.
+#
+# </details>
+# <details><summary>Hint 2 (stronger)</summary>
+#
+# `torch.log_softmax(x, -1)` for both; π is the exponential of the policy's; then
+# Σ over `dim=-1` of π times the difference of the two log-probabilities.
+#
+# </details>
 
 # %%
 def exact_kl(logits, reference_logits):
@@ -133,13 +169,15 @@ for name, shift in (("close", 0.3), ("far", 1.5)):
 pd.DataFrame(rows).T
 
 # %% [markdown] tags=["solution"]
-# With 200 000 samples the standard error of each mean is its std / 447: k1's and k3's means
-# sit within about two standard errors of the exact KL, k2's gap is a bias that more samples
-# would not remove (for the far pair it misses by a third). Compare the stds: for the close
-# pair k3's is about ten times smaller than k1's, and k1 is negative on more than half of the
-# tokens; for the far pair k3's std is the larger one, because $e^\ell$ explodes on tokens
-# the reference likes far more than π does. k3 is the right default for a KL *penalty*, which
-# keeps π near π_ref, the regime where it has low variance.
+# <!-- lab-numbers: 04-bias -->
+# With 200 000 samples the standard error of each mean is its std / 447: k1's and k3's means sit
+# within 1.6 standard errors of the exact KL, k2's gap is a bias that more samples would not
+# remove (for the far pair it misses by 31.5%). Compare the stds: for the close pair k3's is 11
+# times smaller than k1's, and k1 is negative on 56.0% of the tokens; for the far pair k3's std
+# is the larger one, because $e^\ell$ explodes on tokens the reference likes far more than π
+# does. k3 is the right default for a KL *penalty*, which keeps π near π_ref, the regime where
+# it has low variance. (Seed 0 on AVX2; the other class differs in the last digits.)
+# <!-- /lab-numbers -->
 
 # %% [markdown]
 # ## 4. Predict, then run: the strength of the penalty
@@ -160,25 +198,32 @@ pd.DataFrame(rows).T
 
 # %%
 print(teach.EXPERIMENTS["kl_penalty"].describe())
-result = teach.run_experiment("kl_penalty", seed=seed, fast=fast)
+result = teach.run_experiment("kl_penalty", seed=seed, fast=fast, steps=live_steps)
 result.table
 
 # %% [markdown] tags=["solution"]
-# **What happened** (seed 0, measured for docs/teaching.md):
+# <!-- lab-numbers: 04-what-happened -->
+# **What happened** (100 steps; KL: mean k3 per token over the last 10 steps; seeds 0, 1 and 2
+# on AVX2 and AVX-512, measured for docs/teaching.md):
 #
-# | seed | KL (mean k3 per token, last 10 steps), β = 0.01 / 0.5 | held-out accuracy after 100 steps |
-# |---|---|---|
-# | 0 | 0.180 / 0.114 | 20.5% → 34.0% / 20.5% → 35.0% |
-# | 1 | 0.229 / 0.131 | 26.0% → 47.5% / 26.0% → 40.0% |
-# | 2 | 0.288 / 0.147 | 32.5% → 57.5% / 32.5% → 45.5% |
+# | CPU, seed | KL, β = 0.01 / 0.5 | held-out accuracy, β = 0.01 | β = 0.5 |
+# |---|---|---|---|
+# | AVX2, 0 | 0.247 / 0.092 | 30.5% → 39.5% | 30.5% → 38.0% |
+# | AVX2, 1 | 0.216 / 0.146 | 24.5% → 45.5% | 24.5% → 37.5% |
+# | AVX2, 2 | 0.233 / 0.175 | 33.5% → 63.5% | 33.5% → 51.0% |
+# | AVX-512, 0 | 0.199 / 0.106 | 21.0% → 31.0% | 21.0% → 34.0% |
+# | AVX-512, 1 | 0.254 / 0.133 | 32.0% → 49.0% | 32.0% → 41.5% |
+# | AVX-512, 2 | 0.224 / 0.138 | 39.0% → 66.5% | 39.0% → 57.5% |
 #
-# 1. A penalty 50 times stronger cut the KL by only 37-49 % (0.11-0.15 against 0.18-0.29):
-#    the policy-gradient term still pulls away from the warm start, and near the reference the
-#    KL term's gradient is small (∂k3/∂log π = 1 − e^ℓ ≈ −ℓ for small ℓ: the cell below checks
-#    it with autograd), so it pushes back little until the policy has moved.
-# 2. It cost 7.5 and 12 points of held-out accuracy on seeds 1 and 2, and nothing on seed 0:
-#    the KL penalty trades reward for staying near the reference, which is what it is for
-#    (against reward hacking and forgetting), not something that helps on this task.
+# 1. A penalty 50 times stronger cut the KL by only 25.2% to 63.0% (0.09 to 0.17 against 0.20 to
+#    0.25): the policy-gradient term still pulls away from the warm start, and near the
+#    reference the KL term's gradient is small (∂k3/∂log π = 1 − e^ℓ ≈ −ℓ for small ℓ: the cell
+#    below checks it with autograd), so it pushes back little until the policy has moved.
+# 2. β = 0.5 ended lower on five of six runs and higher on one of six runs (β = 0.01 minus β =
+#    0.5: −3.0 to +12.5 points): within what the seeds move on their own. The KL penalty trades
+#    reward for staying near the reference, which is what it is for (against reward hacking and
+#    forgetting), not something that helps on this task.
+# <!-- /lab-numbers -->
 
 # %% tags=["solution"]
 # point 1's gradient by autograd through rlnb's k3, with ℓ = log π_ref − log π:

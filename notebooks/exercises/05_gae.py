@@ -7,10 +7,19 @@
 #
 # **Objective:** write GAE backwards over a masked response and see how λ moves the credit along
 # it. **Before this:** exercise 2; value functions and the TD error.
+#
+# **Difficulty:** ★★★ (a recursion with masking: the check's cases include padding, a prompt
+# before the response and an environment turn inside it). **Time:** about 30 minutes: sections
+# 1-2 in 20, section 3 (predict, run, discuss) in 10; PPO's live runs are the lab's longest,
+# and `rlnb preflight` says how long they take on your machine.
+# Each function has two hints, folded under its instruction: open the first when stuck, the
+# second only after it. **Hand in** this notebook run top to bottom, with your predictions
+# written where it says *Your prediction*.
 
 # %% tags=["parameters"]
-fast = False  # tests: a smaller model, no warm start, 2 training steps per run
+fast = False  # a smaller model, no warm start, 2 training steps per run (its numbers mean nothing)
 seed = 0  # ppo.seed of the live runs
+live_steps = None  # training steps per live run (None: the lab's own)
 run_dir = None  # unused (rlnb run passes it to every notebook)
 
 # %%
@@ -18,6 +27,8 @@ import pandas as pd
 import torch
 
 from rlnb import teach
+
+torch.set_num_threads(teach.LAB_THREADS)  # one thread: the numbers the solutions quote
 
 # %% [markdown]
 # ## 1. The recursion
@@ -37,6 +48,21 @@ from rlnb import teach
 #
 # **Write** `gae(rewards, values, mask, *, gamma, lam)`: `rewards [B]`, `values` and `mask`
 # `[B, T]`, returning `(advantages, returns)`, both `[B, T]` and 0 where the mask is 0.
+#
+# <details><summary>Hint 1</summary>
+#
+# Work row by row over the valid positions only, from the last back to the first, carrying two
+# numbers from each valid token to the one before it: the next value and the next advantage
+# (both 0 after the last valid token). A masked position changes neither.
+#
+# </details>
+# <details><summary>Hint 2 (stronger)</summary>
+#
+# A row's valid positions are `mask[b].nonzero().flatten().tolist()`; the reward belongs to the
+# last of them (not to `mask[b].sum() - 1`: the prompt comes first). Then δ = R + γ·V_next − V and
+# A = δ + γλ·A_next at each valid position; returns are A + V, times the mask.
+#
+# </details>
 
 # %%
 def gae(rewards, values, mask, *, gamma=1.0, lam=0.95):
@@ -111,29 +137,35 @@ for lam, expected in ((0.0, td_error), (1.0, discounted - values)):
 
 # %%
 print(teach.EXPERIMENTS["gae_lambda"].describe())
-result = teach.run_experiment("gae_lambda", seed=seed, fast=fast)
+result = teach.run_experiment("gae_lambda", seed=seed, fast=fast, steps=live_steps)
 result.table
 
 # %% [markdown] tags=["solution"]
-# **What happened** (seed 0, measured for docs/teaching.md):
+# <!-- lab-numbers: 05-what-happened -->
+# **What happened** (60 steps, the first 10 training the critic only; explained variance: last
+# 10 steps; seeds 0, 1 and 2 on AVX2 and AVX-512, measured for docs/teaching.md):
 #
-# | seed | held-out accuracy after 60 steps, λ = 1 / λ = 0 | critic explained variance (last 10 steps) |
-# |---|---|---|
-# | 0 | 20.5% → 24.5% / 20.5% → 0.0% | 0.10 / 0.39 |
-# | 1 | 26.0% → 30.5% / 26.0% → 0.0% | 0.00 / −0.42 |
-# | 2 | 32.5% → 36.5% / 32.5% → 1.0% | 0.01 / 0.07 |
+# | CPU, seed | held-out accuracy, λ = 1 | λ = 0 | critic explained variance, λ = 1 / 0 |
+# |---|---|---|---|
+# | AVX2, 0 | 20.5% → 23.0% | 20.5% → 0.0% | 0.09 / 0.12 |
+# | AVX2, 1 | 26.0% → 33.0% | 26.0% → 0.0% | 0.01 / −0.58 |
+# | AVX2, 2 | 32.5% → 44.5% | 32.5% → 1.5% | 0.02 / 0.01 |
+# | AVX-512, 0 | 29.0% → 25.0% | 29.0% → 0.0% | 0.09 / −0.21 |
+# | AVX-512, 1 | 28.5% → 28.0% | 28.5% → 0.0% | 0.00 / −0.19 |
+# | AVX-512, 2 | 32.5% → 50.0% | 32.5% → 0.0% | 0.01 / −0.32 |
 #
-# 1. λ = 1 gained 4-4.5 points; **λ = 0 destroyed the policy on every seed** (accuracy 0-1 %,
-#    training reward about 0 by the end). With λ = 0 each token's advantage is
+# 1. λ = 1 moved held-out accuracy by −4.0 to +17.5 points; **λ = 0 destroyed the policy on all
+#    six runs** (held-out accuracy 0.0% to 1.5%). With λ = 0 each token's advantage is
 #    $\delta_t = R_t + V_{t+1} - V_t$: everywhere but the last token it is the critic's
-#    difference alone, and a critic that has just started learning (explained variance near 0)
-#    gives noise; rlnb then whitens the advantages over the batch (`normalize_advantages`), so
-#    that noise becomes a full-size push, which PPO follows. λ = 1 uses the real
-#    return minus $V_t$: a noisy baseline, but the reward's signal reaches every token.
-# 2. The critic's explained variance says little here: 0-0.1 for λ = 1, and for λ = 0 it
-#    swings (0.39 on seed 0) because once every answer is wrong the returns are all 0 and easy to
-#    fit. A critic that scores well on a collapsed policy is no sign of health.
-#    This is why PPO for LLMs uses λ near 1 for the policy (VAPO's decoupled λ: docs/algorithms.md).
+#    difference alone, and a critic that has just started learning gives noise; rlnb then
+#    whitens the advantages over the batch (`normalize_advantages`, pinned), so that noise
+#    becomes a full-size push, which PPO follows. λ = 1 uses the real return minus $V_t$: a
+#    noisy baseline, but the reward's signal reaches every token.
+# 2. The critic's explained variance says little here: 0.00 to 0.09 for λ = 1, −0.58 to 0.12 for
+#    λ = 0, where once every answer is wrong the returns are all 0 and easy to fit. A critic
+#    that scores well on a collapsed policy is no sign of health. This is why PPO for LLMs uses
+#    λ near 1 for the policy (VAPO's decoupled λ: docs/algorithms.md).
+# <!-- /lab-numbers -->
 
 # %% [markdown]
 # ## Discussion

@@ -7,10 +7,18 @@
 #
 # **Objective:** write the DPO loss from a pair's summed log-ratios, then train with it. **Before
 # this:** exercise 4 (log-ratios against a reference); the logistic function.
+#
+# **Difficulty:** ★★☆ (a masked sum per row, then pairs; the check compares your gradient too).
+# **Time:** about 25 minutes: sections 1-2 in 15, section 3 (predict, run, discuss) in 10; how
+# long its live runs take on your machine, `rlnb preflight` says.
+# Each function has two hints, folded under its instruction: open the first when stuck, the
+# second only after it. **Hand in** this notebook run top to bottom, with your predictions
+# written where it says *Your prediction*.
 
 # %% tags=["parameters"]
-fast = False  # tests: a smaller model, no warm start, 2 training steps per run
+fast = False  # a smaller model, no warm start, 2 training steps per run (its numbers mean nothing)
 seed = 0  # grpo.seed of the live runs
+live_steps = None  # training steps per live run (None: the lab's own)
 run_dir = None  # unused (rlnb run passes it to every notebook)
 
 # %%
@@ -19,6 +27,8 @@ import torch.nn.functional as F
 
 from rlnb import teach
 from rlnb.algorithms.preference import dpo_loss as rlnb_dpo_loss
+
+torch.set_num_threads(teach.LAB_THREADS)  # one thread: the numbers the solutions quote
 
 # %% [markdown]
 # ## 1. The loss
@@ -39,6 +49,21 @@ from rlnb.algorithms.preference import dpo_loss as rlnb_dpo_loss
 # **Write** `dpo_loss(logprobs, reference_logprobs, token_mask, *, beta)` for `[B, T]` tensors
 # (B even, rows interleaved chosen, rejected), returning a 0-d tensor. The check also
 # compares your gradient.
+#
+# <details><summary>Hint 1</summary>
+#
+# First one number per row: its log-ratio to the reference summed over its response tokens
+# (multiply by the mask before summing). Then pair the rows: the chosen ones are rows 0, 2, 4,
+# ..., the rejected ones 1, 3, 5, ...
+#
+# </details>
+# <details><summary>Hint 2 (stronger)</summary>
+#
+# A step-2 slice, `rho[0::2]` and `rho[1::2]`, splits the rows into chosen and rejected;
+# `torch.nn.functional.logsigmoid` is log σ, numerically safe; the loss is minus its mean over
+# the pairs, with β inside the sigmoid.
+#
+# </details>
 
 # %%
 def dpo_loss(logprobs, reference_logprobs, token_mask, *, beta=0.1):
@@ -113,31 +138,35 @@ for delta in (0.0, 2.0, 10.0):
 
 # %%
 print(teach.EXPERIMENTS["online_dpo"].describe())
-result = teach.run_experiment("online_dpo", seed=seed, fast=fast, dpo_loss=dpo_loss)
+result = teach.run_experiment("online_dpo", seed=seed, fast=fast, steps=live_steps,
+                             dpo_loss=dpo_loss)
 result.table
 
 # %% [markdown] tags=["solution"]
-# **What happened** (seed 0, measured for docs/teaching.md):
+# <!-- lab-numbers: 06-what-happened -->
+# **What happened** (60 steps; pairs and DPO loss: means over the last 10 steps; seeds 0, 1 and
+# 2 on AVX2 and AVX-512, measured for docs/teaching.md):
 #
-# | seed | held-out accuracy after 60 steps: GRPO / DPO β = 0.1 / DPO β = 1 | pairs per step | DPO loss (last 10 steps), β = 0.1 / 1 |
+# | CPU, seed | held-out accuracy: GRPO / DPO β = 0.1 / β = 1 | pairs per step, β = 0.1 / 1 | DPO loss, β = 0.1 / 1 |
 # |---|---|---|---|
-# | 0 | 24.5% / 23.5% / 23.5% (from 20.5%) | 13-14 | 0.72 / 0.99 |
-# | 1 | 39.5% / 31.0% / 36.5% (from 26.0%) | 15 | 0.73 / 0.99 |
-# | 2 | 47.5% / 34.0% / 36.0% (from 32.5%) | 15 | 0.72 / 0.85 |
+# | AVX2, 0 | 30.5% → 33.0% / 27.0% / 26.0% | 14.0 / 13.9 | 0.704 / 1.030 |
+# | AVX2, 1 | 24.5% → 41.0% / 34.0% / 29.0% | 15.1 / 15.5 | 0.726 / 0.953 |
+# | AVX2, 2 | 33.5% → 57.5% / 39.5% / 41.0% | 15.2 / 15.4 | 0.693 / 0.836 |
+# | AVX-512, 0 | 21.0% → 26.0% / 20.5% / 23.5% | 13.4 / 13.2 | 0.715 / 1.085 |
+# | AVX-512, 1 | 32.0% → 37.5% / 35.5% / 34.0% | 15.5 / 15.2 | 0.738 / 1.244 |
+# | AVX-512, 2 | 39.0% → 56.0% / 44.5% / 40.5% | 15.6 / 15.2 | 0.703 / 0.800 |
 #
-# 1. GRPO gained the most on every seed (4 to 15 points); DPO 1.5 to 10.5. A DPO step trains
-#    on one pair per prompt (about 30 rows) where GRPO's trains on all 256 answers, so it is also
-#    about three times cheaper per step.
-# 2. 13 to 15 of the 16 prompts had both a right and a wrong answer among 16 samples; the
-#    others were all right or all wrong (GRPO's groups without signal).
-# 3. Neither: the loss on each step's *new* pairs stays at or above ln 2 = 0.69 (0.72 with
-#    β = 0.1, 0.85-0.99 with β = 1) while accuracy rises. The pairs are fresh samples of the
-#    current policy: the wrong answers it still samples are the ones whose probability grew
-#    relative to π_ref, while a right answer that π_ref already liked cannot gain much log-ratio
-#    (π ≤ 1). Measured on seed 0 after 60 steps with β = 0.1, on one new batch of 13 pairs:
-#    log π of the right answers −1.35 against −2.72 for the wrong ones (π prefers the right
-#    answer), yet the implicit rewards ρ were 0.12 against 0.43. On-policy, the DPO loss does not measure
+# 1. GRPO gained the most on all six runs (+2.5 to +24.0 points; DPO −4.5 to +9.5). A DPO step
+#    trains on one pair per prompt (about 30 rows) where GRPO's trains on all 256 answers.
+# 2. 13.2 to 15.6 of the 16 prompts per step had both a right and a wrong answer among their 16
+#    samples; the others were all right or all wrong (GRPO's groups without signal).
+# 3. The loss on each step's *new* pairs ended at or above ln 2 = 0.693 on eleven of twelve runs
+#    of both β (0.693 to 0.738 with β = 0.1, 0.800 to 1.244 with β = 1), whatever the accuracy
+#    did. The pairs are fresh samples of the current policy: the wrong answers it still samples
+#    are those whose probability grew relative to π_ref, while a right answer that π_ref already
+#    liked cannot gain much log-ratio (π ≤ 1). On-policy, the DPO loss does not measure
 #    progress; held-out accuracy does.
+# <!-- /lab-numbers -->
 
 # %% [markdown]
 # ## Discussion

@@ -9,16 +9,26 @@
 # **Objective:** write a reward function the way TRL calls it and count the groups that carry a
 # learning signal. **Before this:** exercise 1 (a group whose rewards all agree has zero
 # advantage).
+#
+# **Difficulty:** ★☆☆ (string handling; the check's cases hold the edge cases). **Time:** about
+# 20 minutes: sections 1-3 in 12, section 4 (predict, run, discuss) in 8; how long its live
+# runs take on your machine, `rlnb preflight` says.
+# Each function has two hints, folded under its instruction: open the first when stuck, the
+# second only after it. **Hand in** this notebook run top to bottom, with your predictions
+# written where it says *Your prediction*.
 
 # %% tags=["parameters"]
-fast = False  # tests: a smaller model, no warm start, 2 training steps per run
+fast = False  # a smaller model, no warm start, 2 training steps per run (its numbers mean nothing)
 seed = 0  # grpo.seed of the real batch and of the live runs
+live_steps = None  # training steps per live run (None: the lab's own)
 run_dir = None  # unused (rlnb run passes it to every notebook)
 
 # %%
 import torch
 
 from rlnb import teach
+
+torch.set_num_threads(teach.LAB_THREADS)  # one thread: the numbers the solutions quote
 
 # %% [markdown]
 # ## 1. The reward
@@ -31,6 +41,20 @@ from rlnb import teach
 #
 # **Write** `reverse_reward(prompts, completions) -> list[float]`, TRL's reward-function
 # signature (lists of strings, one float per completion).
+#
+# <details><summary>Hint 1</summary>
+#
+# Take the word out of the prompt (between `"rev "` and `"="`), reverse it, and compare it with
+# the completion once its trailing whitespace is gone, and only that.
+#
+# </details>
+# <details><summary>Hint 2 (stronger)</summary>
+#
+# `str.removeprefix`, `str.removesuffix`, a slice with step −1 (`word[::-1]`), and
+# `completion.rstrip()` with no argument (spaces and newlines); 1.0 or 0.0 per completion, in a
+# list.
+#
+# </details>
 
 # %%
 def reverse_reward(prompts, completions):
@@ -54,6 +78,20 @@ teach.check_reverse_reward(reverse_reward)
 #
 # **Write** `fraction_with_signal(rewards)`: rewards `[P, G]`, returning the fraction of the P
 # groups whose G rewards are not all equal (a float).
+#
+# <details><summary>Hint 1</summary>
+#
+# A group is a row. Its rewards are not all equal exactly when its largest reward is above its
+# smallest one, whatever the rewards are (0/1 or partial credit).
+#
+# </details>
+# <details><summary>Hint 2 (stronger)</summary>
+#
+# `rewards.max(dim=1).values` and `rewards.min(dim=1).values` give one number per group;
+# comparing them gives one flag per group, and the mean of the flags, as a Python `float`, is the
+# fraction.
+#
+# </details>
 
 # %%
 def fraction_with_signal(rewards):
@@ -84,6 +122,10 @@ print("fraction of groups with signal:", fraction_with_signal(mine))
 for p in range(3):
     print(f"  {prompts[p * G]!r}: {batch.responses[p * G:p * G + 6]} ...")
 
+# %% tags=["solution"]
+# the task's own reward is the one you wrote: equal on every real sample
+assert torch.equal(mine.flatten(), batch.rewards), (mine.flatten() - batch.rewards).abs().max()
+
 # %% [markdown]
 # ## 4. Predict, then run: the temperature
 #
@@ -103,28 +145,34 @@ for p in range(3):
 
 # %%
 print(experiment.describe())
-result = teach.run_experiment(experiment, seed=seed, fast=fast)
+result = teach.run_experiment(experiment, seed=seed, fast=fast, steps=live_steps)
 result.table
 
 # %% [markdown] tags=["solution"]
-# **What happened** (seed 0, measured for docs/teaching.md):
+# <!-- lab-numbers: 07-what-happened -->
+# **What happened** (60 steps; signal: mean over the last 10 steps; seeds 0, 1 and 2 on AVX2 and
+# AVX-512, measured for docs/teaching.md):
 #
-# | seed | groups with signal (last 10 steps), τ = 1.0 / 0.3 | held-out accuracy after 60 steps, τ = 1.0 / 0.3 |
-# |---|---|---|
-# | 0 | 0.62 / 0.63 | 35.0% → 62.0% / 42.0% → 37.0% |
-# | 1 | 0.70 / 0.57 | 36.0% → 46.5% / 29.0% → 34.0% |
-# | 2 | 0.59 / 0.63 | 45.0% → 65.5% / 40.5% → 35.5% |
+# | CPU, seed | groups with signal, τ = 1.0 / 0.3 | held-out accuracy, τ = 1.0 | τ = 0.3 |
+# |---|---|---|---|
+# | AVX2, 0 | 0.61 / 0.61 | 41.5% → 66.0% | 42.5% → 40.5% |
+# | AVX2, 1 | 0.72 / 0.62 | 34.5% → 52.5% | 29.0% → 40.0% |
+# | AVX2, 2 | 0.59 / 0.61 | 45.0% → 54.5% | 40.5% → 44.5% |
+# | AVX-512, 0 | 0.59 / 0.52 | 44.5% → 69.0% | 41.5% → 34.5% |
+# | AVX-512, 1 | 0.72 / 0.57 | 29.5% → 54.5% | 29.0% → 38.5% |
+# | AVX-512, 2 | 0.56 / 0.61 | 44.5% → 65.5% | 40.5% → 44.5% |
 #
 # (validation samples at the run's temperature, so the two settings start from different
 # accuracies of the same model)
 #
-# 1. About the same share of groups had signal at both temperatures (0.57-0.70), not fewer at
-#    τ = 0.3 as one might expect from sharper sampling.
-# 2. τ = 1.0 gained 10 to 27 points; τ = 0.3 lost 5 points on two seeds of three. We did not
-#    isolate why, and it makes a good question for the class: at τ = 0.3 the trainer optimises
-#    the sharpened distribution softmax(z/0.3), whose log-probs rlnb computes at the sampling
-#    temperature (docs/algorithms.md#log-probabilities), and its samples are close to the
-#    argmax, so the wrong answers it samples are the model's confident mistakes.
+# 1. Fewer groups had signal at τ = 0.3 on three of six runs, as many on one of six runs (0.52
+#    to 0.62 against 0.56 to 0.72 at τ = 1.0).
+# 2. τ = 1.0 gained more on all six runs (+9.5 to +25.0 points against −7.0 to +11.0 at τ =
+#    0.3). We did not isolate why, and it makes a good question for the class: at τ = 0.3 the
+#    trainer optimises the sharpened distribution softmax(z/0.3), whose log-probs rlnb computes
+#    at the sampling temperature (docs/algorithms.md#log-probabilities), and its samples are
+#    close to the argmax, so the wrong answers it samples are the model's confident mistakes.
+# <!-- /lab-numbers -->
 
 # %% [markdown]
 # ## Discussion

@@ -111,6 +111,13 @@ def _advantage_mistakes() -> list[Mistake]:
         Mistake("population_std", "dividing by the others' std with ÷ n instead of Bessel's "
                 "÷ (n-1) (torch.std's default is unbiased=True)",
                 lambda r, eps=1e-6: divided(loo(r)[0], _others_std(r, unbiased=False), eps)),
+        Mistake("sqrt_var_eps", "dividing by σ = sqrt(var + ε) everywhere: where the others "
+                "agree that is (r - b)/√ε, a thousand times the difference; rlnb keeps r - b "
+                "where σ = 0 and divides by σ + ε elsewhere",
+                lambda r, eps=1e-6: loo(r)[0] / (loo(r)[1] ** 2 + eps).sqrt()),
+        Mistake("flattened", "the right values flattened to [B]: return them as [P, G], one "
+                "row per prompt, as the rewards came",
+                lambda r, eps=1e-6: divided(*loo(r), eps).flatten()),
     ]
 
 

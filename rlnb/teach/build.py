@@ -1,6 +1,6 @@
 """Build the student and solution notebooks of every exercise from one source each.
 
-    rlnb teach build OUT [--source DIR] [--only-missing | --overwrite]
+    rlnb teach build OUT [--source DIR] [--update | --only-missing | --overwrite]
       OUT/student/NN_name.ipynb    stubs in place of the solutions, no solution cell
       OUT/solution/NN_name.ipynb   the complete exercise
 
@@ -27,8 +27,10 @@ Implementation choices:
    notebook as written; a notebook whose bytes differ from that record (a student's answers), or
    from this build's when there is no record, has changes. A rebuild (after updating the code,
    say) replaces the untouched notebooks and refuses, before writing anything, if any notebook
-   has changes, naming the first: ``only_missing`` then writes only the notebooks not there
-   (and leaves the rest, changed or not), ``overwrite`` replaces them all.
+   has changes, naming the first: ``update`` then refreshes the untouched and the missing
+   notebooks and keeps the changed ones (after updating rlnb, say), ``only_missing`` writes
+   only the notebooks not there (and leaves the rest, changed or not), ``overwrite`` replaces
+   them all.
 """
 
 from __future__ import annotations
@@ -257,14 +259,14 @@ def _digest(text: str) -> str:
 
 
 def build(out: str | Path, source: str | Path | None = None, *, overwrite: bool = False,
-          only_missing: bool = False) -> list[Path]:
+          only_missing: bool = False, update: bool = False) -> list[Path]:
     """Write ``out/student/*.ipynb`` and ``out/solution/*.ipynb``; returns the paths written.
     Every source is parsed (and checked) and every existing notebook compared with what was
     built there before anything is written (choice 3): a changed one raises
-    ``ChangedNotebooks`` unless ``only_missing`` (write the notebooks not there) or
-    ``overwrite`` (replace them all)."""
-    if overwrite and only_missing:
-        raise ValueError("overwrite and only_missing exclude each other: choose one")
+    ``ChangedNotebooks`` unless ``update`` (refresh the others, keep it), ``only_missing``
+    (write the notebooks not there) or ``overwrite`` (replace them all)."""
+    if sum((overwrite, only_missing, update)) > 1:
+        raise ValueError("update, only_missing and overwrite exclude each other: choose one")
     exercises = [parse(p) for p in sources(source)]
     out = Path(out)
     record_path = out / RECORD
@@ -286,11 +288,14 @@ def build(out: str | Path, source: str | Path | None = None, *, overwrite: bool 
                 changed.append(path)
     if only_missing:
         planned = {p: t for p, t in planned.items() if not p.exists()}
+    elif update:
+        planned = {p: t for p, t in planned.items() if p not in changed}
     elif changed and not overwrite:
         raise ChangedNotebooks(
             f"{changed[0]} has changes since it was built ({len(changed)} notebook(s) in all); "
-            "nothing was written. --only-missing writes only the notebooks not there; "
-            "--overwrite replaces them (the changes are lost)")
+            "nothing was written. --update refreshes the others and keeps the changed ones; "
+            "--only-missing writes only the notebooks not there; --overwrite replaces them "
+            "(the changes are lost)")
     written = []
     for path, text in planned.items():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -303,14 +308,20 @@ def build(out: str | Path, source: str | Path | None = None, *, overwrite: bool 
 
 
 def run_build(out, source, *, prog: str, overwrite: bool = False,
-              only_missing: bool = False) -> int:
+              only_missing: bool = False, update: bool = False) -> int:
     """The command: build, print what was written; a bad source, or notebooks changed since
     they were built, exit 2 with one line (nothing written)."""
     try:
-        written = build(out, source, overwrite=overwrite, only_missing=only_missing)
+        written = build(out, source, overwrite=overwrite, only_missing=only_missing,
+                        update=update)
     except (ValueError, FileNotFoundError) as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 2
+    if update:
+        kept = sorted(p for p in Path(out).glob("*/*.ipynb") if p not in written)
+        print(f"{prog}: {len(written)} notebook(s) refreshed or written, {len(kept)} with "
+              "changes kept as they are" + "".join(f"\n  kept {p}" for p in kept))
+        return 0
     if only_missing:
         print(f"{prog}: {len(written)} missing notebook(s) written"
               + "".join(f"\n  {p}" for p in written))

@@ -23,8 +23,11 @@ Implementation choices:
    with the element, both values and any mistake it matches on that case alone. What the failing
    cases probe and the passing ones do not is where to look; the known mistakes are not listed
    again (docs/teaching.md has them).
-7) In a notebook, a failed check shows its message and the cell's line, not the library's
-   frames (``show_check_failures``, installed when ``rlnb.teach`` is imported in IPython).
+7) In a notebook a failed check shows the cell's line, not rlnb's frames (``display.py``).
+8) A wrong shape is named too when a mistake gives that shape and those values on every case
+   (``F.kl_div(..., reduction="batchmean")``: one number, not one KL per position).
+9) Outputs that match the same mistake are named in one sentence; an output the others
+   determine (``Exercise.follows``: GAE's returns) is not diagnosed again when it follows.
 """
 
 from __future__ import annotations
@@ -80,6 +83,8 @@ class Exercise:
         positional: how many leading inputs are passed positionally (the rest by keyword).
         grad_wrt: an input whose gradient is compared (choice 5), or None.
         element: ``(case, output name, index) -> str`` naming an element in messages.
+        follows: output -> (what it is, ``f(inputs, outputs)``) for an output the others
+            determine (choice 9).
     """
 
     function: str
@@ -94,6 +99,7 @@ class Exercise:
     rtol: float = 1e-4
     element: Callable[[Case, str, tuple], str] | None = None
     notes: Mapping[str, str] = field(default_factory=dict)
+    follows: Mapping[str, tuple[str, Callable[..., Any]]] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- calling
@@ -115,12 +121,12 @@ def _same_inputs(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     """The name of the first input that differs between two copies, else None."""
     for name, value in a.items():
         other = b[name]
-        if isinstance(value, torch.Tensor):
-            if not torch.equal(value.detach(), other.detach()) and not (
-                    value.is_floating_point() and torch.equal(value.isnan(), other.isnan())
-                    and torch.equal(value.nan_to_num(), other.nan_to_num())):
+        if not isinstance(value, torch.Tensor):
+            if value != other:
                 return name
-        elif value != other:
+        elif not torch.equal(value.detach(), other.detach()) and not (
+                value.is_floating_point() and torch.equal(value.isnan(), other.isnan())
+                and torch.equal(value.nan_to_num(), other.nan_to_num())):
             return name
     return None
 
@@ -207,15 +213,44 @@ def _show_inputs(case: Case, limit: int = 160) -> str:
     return joined if len(joined) <= limit else joined[: limit - 3] + "..."
 
 
-def _check_shape(got: torch.Tensor, expected: torch.Tensor, exercise: Exercise, case: Case,
-                 name: str) -> torch.Tensor:
+def _plural(name: str) -> bool:
+    """Whether an output's name is plural ("advantages", "returns"; not "loss", "std")."""
+    return name.endswith("s") and not name.endswith("ss")
+
+
+def _verb(name: str, singular: str, plural: str) -> str:
+    return f"{name} {plural if _plural(name) else singular}"
+
+
+def _fits(got: torch.Tensor, expected: torch.Tensor) -> torch.Tensor | None:
+    """``got`` in ``expected``'s shape (a scalar as 0-d, [1] or a float is fine), or None."""
     if got.shape == expected.shape:
         return got
-    if got.numel() == 1 and expected.numel() == 1:  # a scalar as 0-d, [1] or a float: fine
+    if got.numel() == 1 and expected.numel() == 1:
         return got.reshape(expected.shape)
-    raise CheckFailed(
-        f"{exercise.function}: your {name} has shape {list(got.shape)} on case '{case.name}', "
-        f"expected {list(expected.shape)} ({_show_inputs(case)})", case=case.name)
+    return None
+
+
+def _check_shapes(exercise: Exercise, got: list, expected: list) -> list:
+    """The outputs in the reference's shapes; a wrong shape raises ``CheckFailed`` (choice 8)."""
+    fitted = [tuple(_fits(g, e) for g, e in zip(outs, exps)) for outs, exps in zip(got, expected)]
+    bad = next(((i, k) for i, row in enumerate(fitted) for k, f in enumerate(row) if f is None),
+               None)
+    if bad is None:
+        return fitted
+    (i, k), case, name = bad, exercise.cases[bad[0]], exercise.outputs[bad[1]]
+    g, e = got[i][k], expected[i][k]
+    for m in exercise.mistakes:
+        wrong = [_mistaken(m, exercise, c, k) for c in exercise.cases]
+        if all(w is not None and _fits(o[k], w) is not None and _close(_fits(o[k], w), w, exercise)
+               for o, w in zip(got, wrong)):
+            raise CheckFailed(f"{exercise.function}: your {_verb(name, 'matches', 'match')} "
+                              f"{m.says}: on case '{case.name}' it has shape {list(g.shape)} "
+                              f"where {exercise.reference_name} gives {list(e.shape)}.",
+                              mistake=m.key, case=case.name)
+    raise CheckFailed(f"{exercise.function}: your {_verb(name, 'has', 'have')} shape "
+                      f"{list(g.shape)} on case '{case.name}', expected {list(e.shape)} "
+                      f"({_show_inputs(case)})", case=case.name)
 
 
 def check(exercise: Exercise, fn: Callable) -> None:
@@ -225,15 +260,19 @@ def check(exercise: Exercise, fn: Callable) -> None:
         raise CheckFailed(f"check_{exercise.function} takes your function "
                           f"{exercise.function} itself, got {type(fn).__name__}")
     expected = [_computed(exercise.reference, exercise, case) for case in exercise.cases]
-    got = []
-    for case, exp in zip(exercise.cases, expected):
-        outs = _student_outputs(fn, exercise, case)
-        got.append(tuple(_check_shape(g, e, exercise, case, name)
-                         for g, e, name in zip(outs, exp, exercise.outputs)))
+    got = _check_shapes(exercise, [_student_outputs(fn, exercise, case)
+                                   for case in exercise.cases], expected)
     problems = [_diagnose(exercise, k, got, expected) for k in range(len(exercise.outputs))]
     problems = [p for p in problems if p is not None]
+    kept = [p for p in problems if p[1] is not None or not _follows(exercise, p[3], got)]
+    if kept and len(kept) < len(problems):  # choice 9: an output that follows the others
+        name = next(exercise.outputs[p[3]] for p in problems if p not in kept)
+        kept.append((f"  (your {name}: {exercise.follows[name][0]}, as in the reference, so "
+                     f"{'they follow' if _plural(name) else 'it follows'} from the above)",
+                     None, kept[0][2], -1))
+        problems = kept
     if problems:
-        raise CheckFailed("\n".join(p[0] for p in problems), mistake=problems[0][1],
+        raise CheckFailed(_message(exercise, problems), mistake=problems[0][1],
                           case=problems[0][2])
     if exercise.grad_wrt is not None:
         _check_gradient(exercise, fn)
@@ -242,9 +281,37 @@ def check(exercise: Exercise, fn: Callable) -> None:
           f"{len(exercise.cases)} cases ({names})")
 
 
+def _follows(exercise: Exercise, k: int, got: list) -> bool:
+    """Whether the student's output k is, on every case, what ``follows`` makes of their
+    other outputs."""
+    name = exercise.outputs[k]
+    if name not in exercise.follows or len(exercise.outputs) < 2:
+        return False
+    derive = exercise.follows[name][1]
+    return all(_close(g[k], derive(case.inputs, g).to(torch.float64), exercise)
+               for case, g in zip(exercise.cases, got))
+
+
+def _message(exercise: Exercise, problems: list) -> str:
+    """One sentence per output, or one for several outputs that match the same mistake
+    (choice 9: GAE's advantages and returns both follow a wrong advantage)."""
+    lines, done = [], set()
+    for i, (text, key, _, k) in enumerate(problems):
+        if i in done:
+            continue
+        same = [j for j, p in enumerate(problems) if key is not None and p[1] == key]
+        if len(same) > 1:
+            done.update(same)
+            names = " and ".join(exercise.outputs[problems[j][3]] for j in same)
+            text = text.replace(f"your {_verb(exercise.outputs[k], 'matches', 'match')}",
+                                f"your {names} match", 1)
+        lines.append(text)
+    return "\n".join(lines)
+
+
 def _diagnose(exercise: Exercise, k: int, got: list, expected: list
-              ) -> tuple[str, str | None, str] | None:
-    """For output k: None if it matches everywhere, else (message, mistake key, case name)."""
+              ) -> tuple[str, str | None, str, int] | None:
+    """For output k: None if it matches everywhere, else (message, mistake key, case name, k)."""
     name = exercise.outputs[k]
     failing = [i for i, (g, e) in enumerate(zip(got, expected)) if not _close(g[k], e[k], exercise)]
     if not failing:
@@ -258,13 +325,15 @@ def _diagnose(exercise: Exercise, k: int, got: list, expected: list
             case = exercise.cases[i]
             index = _first_difference(got[i][k], expected[i][k], exercise)
             e, g = expected[i][k][index].item(), got[i][k][index].item()
-            return (f"{fn}: your {name} match {m.says}: see {_where(exercise, case, name, index)} "
-                    f"of case '{case.name}', where {exercise.reference_name} gives {_fmt(e)} and "
-                    f"you give {_fmt(g)}.", m.key, case.name)
+            return (f"{fn}: your {_verb(name, 'matches', 'match')} {m.says}: see "
+                    f"{_where(exercise, case, name, index)} of case '{case.name}', where "
+                    f"{exercise.reference_name} gives {_fmt(e)} and you give {_fmt(g)}.",
+                    m.key, case.name, k)
     # choice 6: no known mistake explains every case: which cases pass and which fail, each
     # with what it probes, is the student's best clue
-    lines = [f"{fn}: your {name} differ from {exercise.reference_name} on {len(failing)} of "
-             f"{len(exercise.cases)} cases (no known mistake explains them all):"]
+    lines = [f"{fn}: your {_verb(name, 'differs', 'differ')} from {exercise.reference_name} "
+             f"on {len(failing)} of {len(exercise.cases)} cases (no known mistake explains "
+             "them all):"]
     for i, case in enumerate(exercise.cases):
         probes = case.why or _show_inputs(case)
         if i not in failing:
@@ -281,7 +350,7 @@ def _diagnose(exercise: Exercise, k: int, got: list, expected: list
         lines.append(line)
     if exercise.notes.get(name):
         lines.append(exercise.notes[name])
-    return "\n".join(lines), None, exercise.cases[failing[0]].name
+    return "\n".join(lines), None, exercise.cases[failing[0]].name, k
 
 
 def _mistaken(mistake: Mistake, exercise: Exercise, case: Case, k: int) -> torch.Tensor | None:
@@ -333,41 +402,3 @@ def _check_gradient(exercise: Exercise, fn: Callable) -> None:
                 f"{_fmt(ref[index].item())} (a detached term, or a clamp where the reference "
                 "keeps the gradient, changes the gradient but not the value)",
                 mistake="wrong_gradient", case=case.name)
-
-
-def show_check_failures(shell=None) -> bool:
-    """In IPython (a notebook), show a ``CheckFailed`` with the frames of the notebook's and the
-    student's code only: rlnb's own frames (the check's machinery) are dropped from the
-    traceback, so the message sits right under the cell line that called the check (choice 7).
-    Returns whether a shell was found. Nothing is imported: without IPython it does nothing."""
-    import sys
-
-    if shell is None:
-        ipython = sys.modules.get("IPython")
-        shell = ipython.get_ipython() if ipython is not None else None
-    if shell is None:
-        return False
-
-    def handler(shell, etype, value, tb, tb_offset=None):
-        shell.showtraceback((etype, value, _without_library_frames(tb)), tb_offset=tb_offset)
-
-    shell.set_custom_exc((CheckFailed,), handler)
-    return True
-
-
-def _without_library_frames(tb):
-    """The traceback ``tb`` without the frames of rlnb's own files (a new chain)."""
-    import types
-    from pathlib import Path
-
-    library = str(Path(__file__).resolve().parents[1])  # the rlnb package
-    kept = []
-    while tb is not None:
-        if not str(Path(tb.tb_frame.f_code.co_filename).resolve()).startswith(library):
-            kept.append(tb)
-        tb = tb.tb_next
-    new = None
-    for t in reversed(kept):
-        new = types.TracebackType(new, t.tb_frame, t.tb_lasti, t.tb_lineno)
-    return new
-

@@ -26,7 +26,7 @@ def reference_dpo(logprobs, reference_logprobs, token_mask, *, beta=0.1):
 
 
 def _variant(*, mask=True, reference=True, mean=False, beta_outside=False, swap=False,
-             sign=1, per_row=False, reduce="mean"):
+             sign=1, per_row=False, reduce="mean", halves=False, log=True):
     def loss(logprobs, reference_logprobs, token_mask, *, beta=0.1):
         m = token_mask if mask else torch.ones_like(token_mask)
         diff = (logprobs + reference_logprobs if reference == "added" else
@@ -35,10 +35,14 @@ def _variant(*, mask=True, reference=True, mean=False, beta_outside=False, swap=
         if mean:
             rho = rho / m.sum(-1).clamp(min=1)
         chosen, rejected = rho[0::2], rho[1::2]
+        if halves:  # the first half of the rows chosen, the second half rejected
+            chosen, rejected = rho[: len(rho) // 2], rho[len(rho) // 2:]
         if swap:
             chosen, rejected = rejected, chosen
         if beta_outside:
             per_pair = -beta * F.logsigmoid(chosen - rejected)
+        elif not log:
+            per_pair = -torch.sigmoid(beta * (chosen - rejected))
         else:
             per_pair = -F.logsigmoid(beta * (chosen - rejected))
         per_pair = sign * per_pair
@@ -68,6 +72,11 @@ MISTAKES = [
             "log-probs added, not subtracted)", _variant(reference="added")),
     Mistake("summed_pairs", "summing the pairs' losses instead of averaging them (the loss, "
             "and so the step, then grows with the batch)", _variant(reduce="sum")),
+    Mistake("halves", "pairing the first half of the rows with the second half: the rows are "
+            "interleaved, chosen at 0, 2, 4, ... and rejected at 1, 3, 5, ... (rho[0::2] and "
+            "rho[1::2])", _variant(halves=True)),
+    Mistake("no_log", "-σ(β·(ρ_c - ρ_r)) without the log: DPO's loss is -log σ(...), the "
+            "negative log-likelihood of the preference", _variant(log=False)),
 ]
 
 

@@ -34,7 +34,8 @@ def _variant(*, reward_at="last_valid", direction="right_to_left", trace="gamma_
         for b in range(B):
             valid = mask[b].nonzero().flatten()
             if len(valid):
-                t_r = int(valid[-1]) if reward_at == "last_valid" else T - 1
+                t_r = {"last_valid": int(valid[-1]), "end": T - 1,
+                       "count": len(valid) - 1}[reward_at]
                 token_rewards[b, t_r] = rewards[b]
         adv = torch.zeros_like(values)
         if padding == "through":  # vectorised over every position, masked only at the end
@@ -61,6 +62,8 @@ def _variant(*, reward_at="last_valid", direction="right_to_left", trace="gamma_
                 next_v, next_a = float(values[b, t]), float(a)
         if returns == "a_plus_v":
             ret = (adv + values) * mask
+        elif returns == "unmasked":
+            ret = adv + values
         else:  # the discounted reward-to-go (λ = 1 returns), whatever λ
             ret = reference_gae(rewards, values, mask, gamma=gamma, lam=1.0)[1]
         return adv, ret
@@ -126,6 +129,13 @@ MISTAKES = [
     Mistake("through_padding", "running the recursion over every position and masking only "
             "at the end: masked positions (padding, an environment turn) pass their values "
             "into V_next and their δ's into A_next; skip them", _variant(padding="through")),
+    Mistake("reward_at_count_minus_one", "putting the reward at index mask.sum() - 1 (the "
+            "number of valid tokens minus 1): that is the last valid token only when the valid "
+            "tokens start at 0 with no gap; take the index of the last 1 in the mask",
+            _variant(reward_at="count")),
+    Mistake("unmasked_returns", "returns A_t + V_t at every position: they must be 0 where "
+            "the mask is 0, like the advantages (multiply by the mask)",
+            _variant(returns="unmasked")),
 ]
 
 
@@ -148,6 +158,11 @@ CASES = [
     Case("multi-turn gap", {"rewards": _t([2.0]), "values": _t([[0.3, 0.4, 0.9, 0.9, 0.5, 0.6]]),
                             "mask": _t([[1, 1, 0, 0, 1, 1]]), "gamma": 0.95, "lam": 0.9},
          "tokens 2-3 are an environment turn (masked) between two responses"),
+    Case("prompt first", {"rewards": _t([1.0, 0.5]),
+                          "values": _t([[0.7, 0.7, 0.2, 0.4, 0.6], [0.5, 0.1, 0.3, 0.8, 0.9]]),
+                          "mask": _t([[0, 0, 1, 1, 1], [0, 1, 1, 0, 0]]), "gamma": 1.0,
+                          "lam": 0.9},
+         "as in a real batch: the prompt's tokens (masked) come first, then the response"),
 ]
 
 GAE = Exercise(
@@ -158,6 +173,8 @@ GAE = Exercise(
     mistakes=MISTAKES,
     outputs=("advantages", "returns"),
     positional=3,
+    follows={"returns": ("advantages + values, 0 where the mask is 0",
+                         lambda inputs, outs: (outs[0] + inputs["values"]) * inputs["mask"])},
 )
 
 

@@ -71,6 +71,13 @@ EXACT_MISTAKES = [
             lambda z, z_ref: reference_exact_kl(z, z_ref) / z.shape[-1]),
     Mistake("unweighted", "Σ_v (log π(v) - log π_ref(v)) without the weight π(v)",
             lambda z, z_ref: (torch.log_softmax(z, -1) - torch.log_softmax(z_ref, -1)).sum(-1)),
+    Mistake("batchmean", "one number for the batch, the sum over every position divided by "
+            "the first dimension (F.kl_div's reduction='batchmean'): the KL is one number per "
+            "position, a sum over the vocabulary only (dim=-1)",
+            lambda z, z_ref: reference_exact_kl(z, z_ref).sum() / z.shape[0]),
+    Mistake("summed_everywhere", "one number, summed over the positions as well as the "
+            "vocabulary: the KL is one number per position, a sum over dim=-1 only",
+            lambda z, z_ref: reference_exact_kl(z, z_ref).sum()),
 ]
 
 ESTIMATOR_CASES = [
@@ -103,6 +110,12 @@ def _estimator(kind: str) -> Exercise:
                     reference=_reference(kind), cases=ESTIMATOR_CASES, mistakes=MISTAKES[kind],
                     outputs=(f"{kind} estimates",), positional=2, grad_wrt="logprobs")
 
+
+for _kind in ("k1", "k2", "k3"):  # a mean over the tokens: one number, not one per token
+    MISTAKES[_kind].append(Mistake(
+        "averaged", f"the mean of {_kind} over the tokens: the estimator is one number per "
+        "token, [B, T] -> [B, T] (the loss averages it later)",
+        lambda lp, ref, k=_kind: _reference(k)(lp, ref).mean()))
 
 ESTIMATORS = {kind: _estimator(kind) for kind in ("k1", "k2", "k3")}
 

@@ -17,7 +17,16 @@ Implementation choices:
 3) The experiments are data (``EXPERIMENTS``): ``rlnb preflight`` reads them to build their
    warm starts and say how long the lab's runs take on the machine.
 4) ``fast``: the packaged ``fast`` preset (a smaller model, no warm start) and 2 steps, so tests
-   run every experiment in seconds; its numbers mean nothing.
+   run every experiment in seconds; its numbers mean nothing. ``steps`` shortens a real run
+   instead (the warm-started model, a few steps): what the tests run the lab's cells with.
+5) An exercise pins the settings its formulas teach (``Experiment.pinned``), so a change of the
+   embedded recipe cannot make a right answer look wrong: exercise 1 compares the student's
+   leave-one-out advantages with a trainer that uses leave-one-out, whatever tiny.yaml says.
+6) One torch thread (``LAB_THREADS``) while the runs train, whatever the machine's cores: the
+   same seed then gives the same numbers on every machine of a CPU class (two threads sum in
+   another order: other clip fractions and accuracies after 60 steps), the numbers
+   docs/teaching.md quotes; and a class sharing one server does not oversubscribe it. The
+   exercises' notebooks set it for their real-batch cells too.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FAST_STEPS = 2
+LAB_THREADS = 1  # choice 6
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,11 @@ class Experiment:
         steps: training steps per setting.
         config: a packaged config name (``"ppo_tiny"``), or None for the default (tiny GRPO).
         common: overrides applied to every setting (the task, validation period, ...).
+        pinned: the settings the exercise teaches, pinned whatever the embedded recipe
+            (``configs/tiny.yaml``) chooses: exercise 1 teaches the leave-one-out baseline,
+            which the recipe turns off. Applied to every setting and to the exercise's real
+            batch (``warm_trainer(overrides=experiment.pinned)``), and printed by
+            ``describe`` (choice 5).
         metrics: the metric keys averaged over the last ``window`` steps in ``table``.
         dpo_beta: label -> β for the settings that train with online DPO on the policy's own
             (right, wrong) pairs instead of the loop's update (``online_dpo.py``).
@@ -57,6 +72,7 @@ class Experiment:
     steps: int
     config: str | None = None
     common: Sequence[str] = ()
+    pinned: Sequence[str] = ()
     metrics: Sequence[str] = ("train/reward",)
     window: int = 10
     dpo_beta: Mapping[str, float] = field(default_factory=dict)
@@ -69,13 +85,16 @@ class Experiment:
     def overrides(self, label: str, seed: int) -> list[str]:
         """Every override of one setting's run (choice 1)."""
         return [f"{self.loop}.seed={seed}", "checkpointing.enabled=false",
-                "logger.log_rollouts=false", *self.common, *self.settings[label]]
+                "logger.log_rollouts=false", *self.pinned, *self.common,
+                *self.settings[label]]
 
     def describe(self) -> str:
         lines = [f"{self.name}: {self.question}",
                  f"  {len(self.settings)} runs of {self.steps} steps"
                  + (f" ({self.config} config)" if self.config else "")
                  + (f", every run with {' '.join(self.common)}" if self.common else "")]
+        if self.pinned:
+            lines.append(f"  pinned to what the exercise teaches: {' '.join(self.pinned)}")
         for label, o in self.settings.items():
             how = (f"online DPO, β = {self.dpo_beta[label]}" if label in self.dpo_beta
                    else "the loop's own update")
@@ -127,9 +146,9 @@ def run_experiment(experiment: str | Experiment, *, seed: int = 0, fast: bool = 
     """Train one short run per setting of ``experiment`` (a name in ``EXPERIMENTS`` or an
     ``Experiment``) and return their metrics; ``log`` gets one line per run. ``dpo_loss``
     replaces rlnb's DPO loss in the online-DPO settings (a student's own, exercise 6)."""
+    import torch
+
     from rlnb.run.config.master_config import packaged_config
-    from rlnb.run.training.session import TrainingRun
-    from rlnb.teach.online_dpo import dpo_steps
 
     if isinstance(experiment, str) and experiment not in EXPERIMENTS:
         raise ValueError(f"no experiment {experiment!r}; experiments: {list(EXPERIMENTS)}")
@@ -137,6 +156,20 @@ def run_experiment(experiment: str | Experiment, *, seed: int = 0, fast: bool = 
     n = FAST_STEPS if fast else (exp.steps if steps is None else steps)
     result = ExperimentResult(exp)
     config = packaged_config(exp.config) if exp.config else None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(LAB_THREADS)  # choice 6
+    try:
+        _run_settings(exp, result, config, seed=seed, fast=fast, n=n, dpo_loss=dpo_loss,
+                      log=log)
+    finally:
+        torch.set_num_threads(threads)
+    return result
+
+
+def _run_settings(exp, result, config, *, seed, fast, n, dpo_loss, log) -> None:
+    from rlnb.run.training.session import TrainingRun
+    from rlnb.teach.online_dpo import dpo_steps
+
     for i, (label, _) in enumerate(exp.settings.items()):
         root = tempfile.mkdtemp(prefix="rlnb-experiment-")
         start = time.perf_counter()
@@ -158,7 +191,6 @@ def run_experiment(experiment: str | Experiment, *, seed: int = 0, fast: bool = 
         accuracy = f"held-out accuracy {acc[0]:.3f} -> {acc[-1]:.3f}" if acc else ""
         log(f"run {i + 1}/{len(exp.settings)} '{label}': {n} steps in "
             f"{result.seconds[label]:.0f} s; {accuracy}")
-    return result
 
 
 def warm_trainer(*, seed: int = 0, fast: bool = False, overrides: Sequence[str] = (),
@@ -208,6 +240,9 @@ _add(Experiment(
               "G = 2 (128 prompts)": ["grpo.num_prompts_per_step=128",
                                       "grpo.num_generations_per_prompt=2"]},
     steps=100, common=["grpo.val_period=50"],
+    # the exercise's advantage: leave-one-out, ÷ σ (the recipe uses the group's own baseline)
+    pinned=["grpo.adv_estimator.use_leave_one_out_baseline=true",
+            "grpo.adv_estimator.normalize_rewards=true"],
     metrics=("train/reward", "train/groups_with_signal")))
 
 _add(Experiment(
@@ -221,6 +256,7 @@ _add(Experiment(
               "4 steps, ε_high 0.28": ["policy.train_global_batch_size=64",
                                        "loss_fn.ratio_clip_max=0.28"]},
     steps=60, common=["grpo.val_period=60", "policy.train_micro_batch_size=64"],
+    pinned=["loss_fn.ratio_clip_min=0.2"],  # the exercise's ε_lo
     metrics=("train/reward", "train/clip_fraction", "train/approx_entropy")))
 
 _add(Experiment(
@@ -251,6 +287,7 @@ _add(Experiment(
     settings={"β = 0.01": ["loss_fn.reference_policy_kl_penalty=0.01"],
               "β = 0.5": ["loss_fn.reference_policy_kl_penalty=0.5"]},
     steps=100, common=["grpo.val_period=50"],
+    pinned=["loss_fn.reference_policy_kl_type=k3"],  # the estimator the exercise names
     metrics=("train/reward", "train/kl_penalty")))
 
 _add(Experiment(
@@ -261,6 +298,9 @@ _add(Experiment(
     settings={"λ = 1.0": ["ppo.adv_estimator.gae_lambda=1.0"],
               "λ = 0.0": ["ppo.adv_estimator.gae_lambda=0.0"]},
     steps=60, config="ppo_tiny", common=["ppo.val_period=60"],
+    # the exercise's GAE: γ = 1, then whitened over the batch (the solution's explanation)
+    pinned=["ppo.adv_estimator.name=gae", "ppo.adv_estimator.gae_gamma=1.0",
+            "ppo.adv_estimator.normalize_advantages=true"],
     metrics=("train/reward", "critic/explained_var")))
 
 _add(Experiment(

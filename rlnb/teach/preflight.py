@@ -115,12 +115,13 @@ def check_exercises(say: Callable[[str], None]) -> list[str]:
 
 
 def time_experiments(say: Callable[[str], None], *, steps: int, fast: bool, seed: int = 0
-                     ) -> tuple[list[str], float]:
+                     ) -> tuple[list[str], float, dict]:
     """Build every experiment's warm start, time ``steps`` steps of each setting and estimate
-    each live run (choice 1). Returns (problems, estimated seconds of all live runs)."""
+    each live run (choice 1). Returns (problems, estimated seconds of all live runs, each
+    experiment's result)."""
     from rlnb.teach.live import EXPERIMENTS, FAST_STEPS, run_experiment
 
-    problems, total = [], 0.0
+    problems, total, results = [], 0.0, {}
     for exp in EXPERIMENTS.values():
         start = time.perf_counter()
         warmup = 0 if fast else _critic_warmup(exp)
@@ -132,6 +133,7 @@ def time_experiments(say: Callable[[str], None], *, steps: int, fast: bool, seed
             problems.append(f"live run '{exp.name}' failed: {type(err).__name__}: {err}")
             say(f"  {exp.exercise:22s} FAILED: {type(err).__name__}: {err}")
             continue
+        results[exp.name] = result
         estimate, startups = 0.0, []
         for label, records in result.records.items():
             timed = [(r["step"], r["timing/train/total_step_time"]) for r in records
@@ -149,7 +151,7 @@ def time_experiments(say: Callable[[str], None], *, steps: int, fast: bool, seed
         say(f"  {exp.exercise:22s} {exp.name:18s} {len(exp.settings)} runs x {n_full:3d} steps: "
             f"about {_minutes(estimate)}  (timed {n_timed} steps each in "
             f"{time.perf_counter() - start:.0f} s, warm starts included)")
-    return problems, total
+    return problems, total, results
 
 
 def _critic_warmup(exp) -> int:
@@ -162,13 +164,16 @@ def _critic_warmup(exp) -> int:
     return getattr(config.loop_config, "policy_training_start_step", 0)
 
 
-def speed(say: Callable[[str], None], *, fast: bool, seed: int = 0) -> None:
-    """Steps per second of the default GRPO step (the tutorials' run)."""
+def speed(say: Callable[[str], None], *, fast: bool, seed: int = 0, timed=None) -> None:
+    """Steps per second of the default GRPO step (the tutorials' run): read off the group-size
+    run's default setting when it was just timed (``timed``, its records), else timed here."""
     from rlnb.teach.live import Experiment, run_experiment
 
-    probe = Experiment("speed", "", "", {"default": []}, 10, common=["grpo.val_period=0"])
-    result = run_experiment(probe, seed=seed, fast=fast, log=lambda *_: None)
-    times = [r["timing/train/total_step_time"] for r in result.records["default"]
+    if timed is None:
+        probe = Experiment("speed", "", "", {"default": []}, 10, common=["grpo.val_period=0"])
+        timed = run_experiment(probe, seed=seed, fast=fast, log=lambda *_: None).records[
+            "default"]
+    times = [r["timing/train/total_step_time"] for r in timed
              if isinstance(r.get("timing/train/total_step_time"), (int, float))]
     per_step = sum(times) / len(times)
     what = "the fast preset's GRPO step" if fast else "default GRPO step (16 prompts x 16 answers)"
@@ -196,13 +201,16 @@ def preflight(*, steps: int = 5, fast: bool = False, say: Callable[[str], None] 
         + ("" if fast else " (the first time, each warm start is built and cached: minutes)")
         + ":")
     start = time.perf_counter()
-    found, total = time_experiments(say, steps=steps, fast=fast)
+    found, total, results = time_experiments(say, steps=steps, fast=fast)
     problems += found
     say(f"  all live runs together: about {_minutes(total)} (this check took "
         f"{time.perf_counter() - start:.0f} s)")
     say("speed:")
     try:
-        speed(say, fast=fast)
+        # the default step is group_size's first setting (16 prompts x 16 answers): not timed
+        # twice (a separate run cost a start-up and ten steps)
+        group = results.get("group_size")
+        speed(say, fast=fast, timed=next(iter(group.records.values())) if group else None)
     except Exception as err:
         problems.append(f"the speed check failed: {type(err).__name__}: {err}")
     load_now = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

@@ -64,6 +64,9 @@ REWARD_MISTAKES = [
             "wrong)", _reward(lambda c, ans, w: c.startswith(ans))),
     Mistake("case_insensitive", "ignoring case ('CBA' is wrong: the task is lowercase)",
             _reward(lambda c, ans, w: c.rstrip().lower() == ans)),
+    Mistake("newline_only", "removing trailing newlines only (.rstrip('\\n')): trailing "
+            "spaces are allowed too ('cba ' is right), so .rstrip() with no argument",
+            _reward(lambda c, ans, w: c.rstrip("\n") == ans)),
 ]
 
 
@@ -124,6 +127,9 @@ SIGNAL_MISTAKES = [
                                   .mean())),
     Mistake("count_not_fraction", "the number of groups instead of the fraction",
             lambda rewards: float((rewards.max(1).values > rewards.min(1).values).sum())),
+    Mistake("per_group", "one flag per group instead of their fraction: take the mean of the "
+            "flags (as a float)",
+            lambda rewards: (rewards.max(1).values > rewards.min(1).values).double()),
 ]
 
 

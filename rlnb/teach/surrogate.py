@@ -55,7 +55,8 @@ def _variant(*, ratio="exp", bound="max", swap=False, clip_only=False, dual="A<0
         else:
             per_token = torch.minimum(-A * rho, -A * clipped)
         if dual_clip_c is not None and dual != "off":
-            capped = torch.minimum(per_token, -A * dual_clip_c)
+            cap = torch.maximum if dual == "max" else torch.minimum
+            capped = cap(per_token, -A * dual_clip_c)
             per_token = capped if dual == "all" else torch.where(A < 0, capped, per_token)
         return sign * per_token
 
@@ -87,6 +88,9 @@ MISTAKES = [
             _variant(clip_advantage=True)),
     Mistake("log_ratio_as_ratio", "the log-ratio log π - log π_old used as the ratio (ρ is "
             "its exponential, exp(logprobs - prev_logprobs))", _variant(ratio="log")),
+    Mistake("dual_clip_max", "the dual clip as a floor, max(ℓ, -A·C), instead of a cap: where "
+            "A < 0 the loss is min(ℓ, -A·C), so a bad token with a huge ratio adds at most "
+            "-A·C", _variant(dual="max")),
 ]
 
 

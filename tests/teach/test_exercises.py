@@ -1,5 +1,7 @@
 """The exercises: built from their sources, student copies free of solution code and stopping at
-their first stub, solution copies running headless with fast=True."""
+their first stub (fast=True), solution copies running headless on the real warm-started model
+(their comparisons with the trainer and their live runs, a few steps each), what they show
+compared with the lab's record (benchmarks/lab_numbers.json) where this machine has one."""
 
 import json
 import re
@@ -178,11 +180,38 @@ def test_a_rebuild_never_overwrites_a_students_changes(tmp_path):
         build(out, src, overwrite=True, only_missing=True)
 
 
+def test_update_refreshes_untouched_notebooks_and_keeps_changed_ones(tmp_path):
+    """After an rlnb update: the notebooks nobody touched follow the new sources, a deleted one
+    comes back, the student's changed copy stays as it is, and the command lists it."""
+    src, out = one_exercise(tmp_path / "src"), tmp_path / "lab"
+    (src / "02_y.py").write_text((src / "01_x.py").read_text())  # a second exercise
+    build(out, src)
+    student, solution = out / "student" / "01_x.ipynb", out / "solution" / "01_x.ipynb"
+    other = out / "student" / "02_y.ipynb"
+    work = student.read_text().replace("implement this: one", "my answer")
+    student.write_text(work)
+    other.unlink()
+    one_exercise(src, "an answer after the update")
+    written = build(out, src, update=True)
+    assert student not in written and student.read_text() == work
+    assert solution in written and "an answer after the update" in solution.read_text()
+    assert other in written and other.is_file()
+    cmd = [sys.executable, "-m", "rlnb.cli", "teach", "build", str(out), "--source", str(src),
+           "--update"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"1 with changes kept as they are\n  kept {student}" in done.stdout
+    assert student.read_text() == work
+
+
 # --- executed headless
 
 
-def execute(path: Path, out: Path, cache: Path):
-    """Run a notebook with fast=True; the executed notebook and papermill's error (or None)."""
+LIVE_STEPS = 2  # the live runs of the solution copies: the real model, a few steps
+
+
+def execute(path: Path, out: Path, cache: Path, parameters: dict | None = None):
+    """Run a notebook (default: fast=True); the executed notebook and papermill's error."""
     error = None
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
@@ -190,7 +219,8 @@ def execute(path: Path, out: Path, cache: Path):
         mp.setenv("RLNB_CACHE_DIR", str(cache))
         mp.setenv("JUPYTER_PATH", str(Path(sys.prefix) / "share" / "jupyter"))
         try:
-            papermill.execute_notebook(str(path), str(out), parameters={"fast": True},
+            papermill.execute_notebook(str(path), str(out),
+                                       parameters=parameters or {"fast": True},
                                        kernel_name="python3", cwd=str(path.parent),
                                        execution_timeout=CELL_TIMEOUT_S, progress_bar=False)
         except papermill.PapermillExecutionError as err:
@@ -204,20 +234,64 @@ def outputs(nb):
             yield i, out
 
 
+@pytest.fixture(scope="module")
+def warm_cache(tmp_path_factory):
+    """One warm-start cache for the solution copies: each warm start is built once."""
+    return tmp_path_factory.mktemp("warm-cache")
+
+
 @pytest.mark.notebook
 @pytest.mark.slow
 @pytest.mark.parametrize("name", IDS)
-def test_the_solution_copy_runs_and_every_check_passes(built, name, tmp_path):
+def test_the_solution_copy_runs_on_the_real_model_and_every_check_passes(
+        built, name, tmp_path, warm_cache):
+    """Not fast=True, whose rewards are all 0: the warm-started model, so the cells that
+    compare the student's function with the trainer (exercise 1's advantages, 7's reward on
+    real samples) and the live runs' own checks (2's clip fraction with one optimizer step)
+    see the embedded recipe as it is; a change of recipe that breaks an exercise fails here."""
     nb, error = execute(built / "solution" / f"{name}.ipynb", tmp_path / "out.ipynb",
-                        tmp_path / "cache")
+                        warm_cache, {"live_steps": LIVE_STEPS})
     errors = [f"cell {i}: {o['ename']}: {o['evalue']}" for i, o in outputs(nb)
               if o["output_type"] == "error"]
     assert error is None and not errors, errors
     stdout = "".join(o.get("text", "") for _, o in outputs(nb) if o.get("name") == "stdout")
     checks = len(re.findall(r"^teach\.check_\w+\(", code(nb), flags=re.M))
     assert checks and stdout.count("✓ ") == checks, stdout
+    assert f"{LIVE_STEPS} steps in" in stdout and "held-out accuracy" in stdout  # it trained
     stderr = [o["text"][:300] for _, o in outputs(nb) if o.get("name") == "stderr"]
     assert not stderr, stderr
+    compare_with_the_record(name, nb)
+
+
+def compare_with_the_record(name: str, nb) -> None:
+    """What the notebook shows before any training (the warm start's held-out accuracy, the
+    real batch, the tables of its cells) against the lab's record for this machine's CPU class
+    and packages: the numbers docs/teaching.md and the solutions quote (no record: skip)."""
+    import torch
+    import transformers
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from bench_lab import read_exercise, read_record
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    cls = torch.backends.cpu.get_cpu_capability()
+    record = read_record().get("classes", {}).get(cls)
+    if record is None or (record["machine"]["torch"], record["machine"]["transformers"]) != (
+            torch.__version__, transformers.__version__):
+        pytest.skip(f"no lab record for CPU class {cls} with these packages "
+                    "(python benchmarks/bench_lab.py measure)")
+    # as JSON holds them (a table's integer keys become strings)
+    got = json.loads(json.dumps(read_exercise(name, json.loads(nbformat.writes(nb)))))
+    expected = record["seeds"]["0"][name]
+    for setting, row in got.pop("live").items():
+        assert row["accuracy before"] == expected["live"][setting]["accuracy before"], (
+            f"{name}, '{setting}': held-out accuracy before training is "
+            f"{row['accuracy before']}, the lab's record {expected['live'][setting]['accuracy before']}"
+            " (the text quotes the record): rerun `python benchmarks/bench_lab.py measure` "
+            "(and --capability avx2), then `write`")
+    for part, value in got.items():
+        assert value == expected[part], f"{name}: {part} is {value}, the record {expected[part]}"
 
 
 @pytest.mark.notebook
@@ -228,7 +302,9 @@ def test_the_student_copy_stops_at_its_first_stub(built, name, tmp_path):
     assert error is not None and error.ename == "NotImplementedError", error
     assert error.evalue.startswith("implement this: ")
     first_stub = STUB.search(code(nb))
-    assert error.evalue == json.loads(first_stub.group(1))
+    # the stub's message, then where to write (rlnb.teach.display: one line, no frames)
+    assert error.evalue.startswith(json.loads(first_stub.group(1)) + " (in ")
+    assert error.evalue.endswith(": write your code in place of the raise line)")
     failed = [i for i, o in outputs(nb) if o["output_type"] == "error"]
     assert len(failed) == 1
     stub_cell = next(i for i, c in enumerate(nb.cells) if "implement this" in c.source)

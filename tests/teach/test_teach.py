@@ -99,6 +99,20 @@ def _adv_population_std(rewards, eps=1e-6):  # the others' std with ÷ n, in a l
     return out
 
 
+def _adv_sqrt_var_eps(rewards, eps=1e-6):  # σ = sqrt(var + ε), no σ = 0 branch
+    P, G = rewards.shape
+    out = torch.zeros(P, G)
+    for i in range(G):
+        others = torch.cat([rewards[:, :i], rewards[:, i + 1:]], dim=1)
+        var = others.var(dim=1) if G > 2 else torch.zeros(P)
+        out[:, i] = (rewards[:, i] - others.mean(dim=1)) / torch.sqrt(var + eps)
+    return out
+
+
+def _adv_flat(rewards, eps=1e-6):
+    return adv_right(rewards, eps).reshape(-1)  # [B], as the trainer stores them
+
+
 ADV_WRONG = {
     "sign": lambda r, eps=1e-6: -adv_right(r, eps),
     "divide_zero_std": _adv_zero_std,
@@ -106,6 +120,8 @@ ADV_WRONG = {
     "no_leave_one_out": _adv_plain_grpo,
     "no_std": lambda r, eps=1e-6: r - loo_right(r)[0],
     "population_std": _adv_population_std,
+    "sqrt_var_eps": _adv_sqrt_var_eps,
+    "flattened": _adv_flat,
 }
 
 
@@ -133,7 +149,8 @@ def _clip(ratio_fn=None, lo_hi=None, combine="max", clip_only=False, dual="neg",
         if dual_clip_c is not None and dual != "none":
             cap = -advantages * dual_clip_c
             where = torch.ones_like(advantages, dtype=torch.bool) if dual == "all" else advantages < 0
-            loss = torch.where(where, torch.min(loss, cap), loss)
+            loss = torch.where(where, torch.max(loss, cap) if dual == "max" else torch.min(loss, cap),
+                               loss)
         return sign * loss
     return fn
 
@@ -164,6 +181,7 @@ def _clip_the_advantage(logprobs, prev_logprobs, advantages, *, eps_low=0.2, eps
 
 CLIP_WRONG["clipped_advantage"] = _clip_the_advantage
 CLIP_WRONG["log_ratio_as_ratio"] = _clip(ratio_fn=lambda lp, prev: lp - prev)
+CLIP_WRONG["dual_clip_max"] = _clip(dual="max")
 
 
 def token_right(per_token, token_mask, sample_mask):
@@ -225,12 +243,15 @@ KL_RIGHT = {
 }
 KL_WRONG = {
     "k1": {"flipped_log_ratio": lambda lp, ref: ref - lp,
-           "absolute": lambda lp, ref: torch.abs(lp - ref)},
+           "absolute": lambda lp, ref: torch.abs(lp - ref),
+           "averaged": lambda lp, ref: torch.mean(lp - ref)},
     "k2": {"no_half": lambda lp, ref: (lp - ref) ** 2,
-           "ratio_minus_one": lambda lp, ref: 0.5 * (torch.exp(ref) / torch.exp(lp) - 1) ** 2},
+           "ratio_minus_one": lambda lp, ref: 0.5 * (torch.exp(ref) / torch.exp(lp) - 1) ** 2,
+           "averaged": lambda lp, ref: ((ref - lp) ** 2 / 2).mean()},
     "k3": {"flipped_log_ratio": lambda lp, ref: (lp - ref).exp() - 1 - (lp - ref),
            "plus_ell": lambda lp, ref: (ref - lp).exp() - 1 + (ref - lp),
-           "no_minus_one": lambda lp, ref: (ref - lp).exp() - (ref - lp)},
+           "no_minus_one": lambda lp, ref: (ref - lp).exp() - (ref - lp),
+           "averaged": lambda lp, ref: torch.mean(torch.exp(ref - lp) - 1 - (ref - lp))},
 }
 
 
@@ -244,18 +265,24 @@ EXACT_WRONG = {
     "raw_logits": lambda z, zr: (F.softmax(z, -1) * (z - zr)).sum(-1),
     "mean_over_vocab": lambda z, zr: (F.softmax(z, -1) * (F.log_softmax(z, -1) - F.log_softmax(zr, -1))).mean(-1),
     "unweighted": lambda z, zr: (F.log_softmax(z, -1) - F.log_softmax(zr, -1)).sum(-1),
+    "batchmean": lambda z, zr: F.kl_div(F.log_softmax(zr, -1), F.log_softmax(z, -1),
+                                        reduction="batchmean", log_target=True),
+    "summed_everywhere": lambda z, zr: (F.softmax(z, -1) * (F.log_softmax(z, -1)
+                                                            - F.log_softmax(zr, -1))).sum(),
 }
 
 
 def gae_student(rewards, values, mask, *, gamma=1.0, lam=0.95, reward_at_end=False,
                 forward=False, no_gamma=False, lambda_in_delta=False, bootstrap=False,
-                reset=False, mc_returns=False):
+                reset=False, mc_returns=False, reward_at_count=False, unmasked=False):
     B, T = values.shape
     adv = torch.zeros(B, T)
     for b in range(B):
         valid = [t for t in range(T) if mask[b, t] > 0]
         last = valid[-1]
         r_pos = T - 1 if reward_at_end else last
+        if reward_at_count:
+            r_pos = int(mask[b].sum()) - 1  # the number of valid tokens, minus 1
         nv = values[b, last + 1].item() if bootstrap and last + 1 < T else 0.0
         na = 0.0
         order = range(T) if forward else range(T - 1, -1, -1)
@@ -269,7 +296,7 @@ def gae_student(rewards, values, mask, *, gamma=1.0, lam=0.95, reward_at_end=Fal
             a = delta + (lam if no_gamma else gamma * lam) * na
             adv[b, t] = a
             nv, na = values[b, t].item(), a
-    ret = (adv + values) * mask
+    ret = (adv + values) if unmasked else (adv + values) * mask
     if mc_returns:
         ret = torch.zeros(B, T)
         for b in range(B):
@@ -346,6 +373,8 @@ GAE_WRONG = {
     "gamma_lambda_swapped": _gae_swapped,
     "no_bootstrap": _gae_no_bootstrap,
     "through_padding": _gae_vectorised_over_padding,
+    "reward_at_count_minus_one": _gae(reward_at_count=True),
+    "unmasked_returns": _gae(unmasked=True),
 }
 
 
@@ -398,6 +427,21 @@ DPO_WRONG["reference_added"] = _dpo_reference_added
 DPO_WRONG["summed_pairs"] = _dpo_summed
 
 
+def _dpo_halves(logprobs, reference_logprobs, token_mask, *, beta=0.1):
+    rho = ((logprobs - reference_logprobs) * token_mask).sum(dim=1)
+    n = rho.shape[0] // 2
+    return -F.logsigmoid(beta * (rho[:n] - rho[n:])).mean()  # chosen = the first half
+
+
+def _dpo_no_log(logprobs, reference_logprobs, token_mask, *, beta=0.1):
+    rho = ((logprobs - reference_logprobs) * token_mask).sum(dim=1)
+    return -torch.sigmoid(beta * (rho[0::2] - rho[1::2])).mean()
+
+
+DPO_WRONG["halves"] = _dpo_halves
+DPO_WRONG["no_log"] = _dpo_no_log
+
+
 def reward_student(prompts, completions, compare=None):
     out = []
     for p, c in zip(prompts, completions):
@@ -419,6 +463,7 @@ REWARD_WRONG = {
     "substring": _reward(lambda c, w: w[::-1] in c),
     "prefix": _reward(lambda c, w: c.startswith(w[::-1])),
     "case_insensitive": _reward(lambda c, w: c.rstrip().lower() == w[::-1].lower()),
+    "newline_only": _reward(lambda c, w: c.rstrip("\n") == w[::-1]),
 }
 
 
@@ -433,6 +478,7 @@ SIGNAL_WRONG = {
     "mean_between": lambda r: float(((r.mean(1) > 0) & (r.mean(1) < 1)).float().mean()),
     "wrong_axis": lambda r: sum(len(set(col.tolist())) > 1 for col in r.T) / r.shape[1],
     "count_not_fraction": lambda r: sum(len(set(row.tolist())) > 1 for row in r),
+    "per_group": lambda r: torch.tensor([float(len(set(row.tolist())) > 1) for row in r]),
 }
 
 EXERCISES = {  # function name -> (check, right implementation, {mistake key: wrong one})
@@ -474,9 +520,34 @@ def test_each_wrong_implementation_gets_its_named_message(name, key):
         check(wrong[key])
     assert err.value.mistake == key, str(err.value)
     message = str(err.value)
-    assert message.startswith(f"{name}: your ") and f" match {mistake.says}: see " in message
-    assert f"of case '{err.value.case}'" in message  # where: the case and the element
+    assert message.startswith(f"{name}: your ")
+    # where: the case and the element, or, for a value of the wrong shape, the case and both shapes
+    assert (f" {mistake.says}: see " in message and f"of case '{err.value.case}'" in message) or (
+        f" {mistake.says}: on case '{err.value.case}' it has shape " in message), message
+    assert message.count(mistake.says) == 1, message  # one sentence, not one per output
     assert type(err.value) is not AssertionError
+
+
+def test_the_verb_agrees_and_outputs_with_one_mistake_share_a_sentence():
+    with pytest.raises(CheckFailed, match=r"^dpo_loss: your loss matches \+log σ"):
+        teach.check_dpo_loss(DPO_WRONG["sign"])
+    with pytest.raises(CheckFailed, match=r"^grpo_advantages: your advantages match the plain"):
+        teach.check_grpo_advantages(ADV_WRONG["no_leave_one_out"])
+    with pytest.raises(CheckFailed) as err:  # GAE's returns follow its advantages
+        teach.check_gae(GAE_WRONG["lambda_without_gamma"])
+    assert str(err.value).startswith("gae: your advantages and returns match A_t = δ_t + λ")
+    assert str(err.value).count("\n") == 0
+
+    def all_ones(rewards, values, mask, *, gamma=1.0, lam=0.95):  # no known mistake
+        adv = torch.ones_like(values) * mask
+        return adv, (adv + values) * mask
+    with pytest.raises(CheckFailed) as err:
+        teach.check_gae(all_ones)
+    lines = str(err.value).splitlines()
+    assert lines[0].startswith("gae: your advantages differ from rlnb.gae_advantages on ")
+    assert not any(x.startswith("gae: your returns") for x in lines)  # they follow: said once
+    assert lines[-1] == ("  (your returns: advantages + values, 0 where the mask is 0, as in "
+                         "the reference, so they follow from the above)")
 
 
 def test_the_message_names_the_element_and_both_values():
@@ -499,8 +570,8 @@ def test_two_mistakes_in_two_outputs_are_both_named():
         teach.check_leave_one_out_baseline(both)
     lines = str(err.value).splitlines()
     assert len(lines) == 2
-    assert "your baseline match the whole group's mean" in lines[0]
-    assert "your std match the whole group's std" in lines[1]
+    assert "your baseline matches the whole group's mean" in lines[0]
+    assert "your std matches the whole group's std" in lines[1]
 
 
 def test_an_unknown_mistake_says_where_it_differs_case_by_case():
@@ -546,9 +617,9 @@ def test_in_place_edits_shapes_and_types_are_reported():
         return rewards
     with pytest.raises(CheckFailed, match="changed its input 'rewards' in place"):
         teach.check_grpo_advantages(in_place)
-    with pytest.raises(CheckFailed, match=r"your advantages has shape \[4\] on case 'one "
+    with pytest.raises(CheckFailed, match=r"your advantages have shape \[4, 1\] on case 'one "
                                           r"correct of four', expected \[1, 4\]"):
-        teach.check_grpo_advantages(lambda r, eps=1e-6: adv_right(r).flatten())
+        teach.check_grpo_advantages(lambda r, eps=1e-6: adv_right(r).T)
     with pytest.raises(CheckFailed, match=r"returned one Tensor on case 'one correct of four'; "
                                           r"return 2 values: \(baseline, std\)"):
         teach.check_leave_one_out_baseline(lambda r: loo_right(r)[0])
@@ -616,6 +687,27 @@ def test_in_ipython_a_failed_check_shows_no_library_frame():
         text = re.sub(r"\x1b\[[0-9;]*m", "", shown.stdout + shown.stderr)  # no colours
         assert "CheckFailed" in text and "teach.check_grpo_advantages(adv)" in text, text
         assert "rlnb/teach/" not in text and "check.py" not in text, text
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def test_in_ipython_an_unfilled_stub_is_one_line():
+    """The student copy's stub, reached through a check: no frame at all, the message and where
+    to write, on one line."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    shell = InteractiveShell.instance()
+    try:
+        assert teach.show_check_failures(shell)
+        shell.user_ns["teach"] = teach
+        with capture_output() as shown:
+            shell.run_cell('def leave_one_out_baseline(rewards):\n    """doc"""\n'
+                           '    raise NotImplementedError("implement this: the mean")\n\n\n'
+                           "teach.check_leave_one_out_baseline(leave_one_out_baseline)")
+        text = re.sub(r"\x1b\[[0-9;]*m", "", shown.stdout + shown.stderr).strip()
+        assert text == ("NotImplementedError: implement this: the mean (in "
+                        "leave_one_out_baseline: write your code in place of the raise line)")
     finally:
         InteractiveShell.clear_instance()
 
