@@ -112,9 +112,11 @@ def rlnb_grpo(args, extra: list[str]) -> dict:
 
     from rlnb.engine.trainers.loops import make_trainer
     from rlnb.run.config.master_config import load_config
+    from rlnb.run.training.probes import attach_probes
 
     config = load_config(ROOT / "configs" / "qwen3_0.6b.yaml", [*config_overrides(args), *extra])
     trainer = make_trainer(config)
+    attach_probes(trainer)  # what a run measures: the funnel, the memory peaks of step 2
     params = sum(p.numel() for p in trainer.policy.model.parameters())
     trainer.step()  # warm-up: allocator, kernels, compile caches
     measured = dict(trainer.step())  # the second step measures each stage's peak memory

@@ -541,8 +541,8 @@ def test_a_turn_limit_below_what_the_calculator_needs_is_refused_when_the_config
     from rlnb.run.config.master_config import packaged_config
 
     recipe = packaged_config("calculator_tiny")
-    with pytest.raises(ValueError, match=r"grpo.max_rollout_turns=1, but task 'calculator' needs "
-                                         r"2 model turns per episode \(data.max_tool_calls=1: .*\): "
+    with pytest.raises(ValueError, match=r"grpo.max_rollout_turns=1, but task 'calculator' "
+                                         r"\(data.name\) needs 2 model turns per episode \(data.max_tool_calls=1: .*\): "
                                          r"set grpo.max_rollout_turns=2 or more"):
         load_config(recipe, ["grpo.max_rollout_turns=1"])
     with pytest.raises(ValueError, match=r"needs 4 model turns .*data.max_tool_calls=3"):
@@ -551,12 +551,13 @@ def test_a_turn_limit_below_what_the_calculator_needs_is_refused_when_the_config
     # the command line: exit 2, one line naming the key, nothing written
     code = main(["train", str(recipe), "grpo.max_rollout_turns=1", "--run-dir",
                  str(tmp_path / "run"), "--no-progress"])
-    assert code == 2 and "grpo.max_rollout_turns=1, but task 'calculator'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2 and "grpo.max_rollout_turns=1, but task 'calculator' (data.name)" in err
     assert not (tmp_path / "run").exists()
     # a calculator handed over in Python is held to the same when the trainer is built
     config = load_config(None, [*SMALL, "grpo.max_rollout_turns=1"], preset="fast")
-    with pytest.raises(ValueError, match=r"grpo.max_rollout_turns=1, but task 'calculator' needs "
-                                         r"3 model turns"):
+    with pytest.raises(ValueError, match=r"grpo.max_rollout_turns=1, but task 'calculator' "
+                                         r"\(data.name\) needs 3 model turns"):
         GRPOTrainer(config, task=CalculatorTask(max_tool_calls=2, num_val=4))
     # DPO samples one turn per episode (its max_rollout_turns is not a setting): named as such
     from rlnb.engine.trainers.dpo import DPOTrainer
@@ -565,7 +566,8 @@ def test_a_turn_limit_below_what_the_calculator_needs_is_refused_when_the_config
         "sft.enabled=false", "policy.tiny.chat_template=true", "dpo.val_period=0",
         "data.name=calculator"], preset="fast")
     with pytest.raises(ValueError, match=r"the dpo loop samples 1 model turn per episode, but "
-                                         r"task 'calculator' needs 2 .*train the task with grpo"):
+                                         r"task 'calculator' \(data.name\) needs 2 .*train the "
+                                         r"task with grpo"):
         DPOTrainer(dpo)
 
 
@@ -641,7 +643,7 @@ def test_a_nemo_rl_yaml_whose_rlnb_section_names_an_agent_task_trains_it(tmp_pat
     config = load_config(path, ignore_unsupported=True)
     assert config.data.name == "calculator" and config.grpo.max_rollout_turns == 2
     with pytest.raises(ValueError, match=r"grpo.max_rollout_turns=1, but task 'calculator' "
-                                         r"needs 2 model turns"):
+                                         r"\(data.name\) needs 2 model turns"):
         load_config(path, ["grpo.max_rollout_turns=1"], ignore_unsupported=True)
     trainer = make_trainer(load_config(config, ["grpo.val_period=0", "sft.enabled=false",
                                                 "grpo.num_prompts_per_step=2",

@@ -205,10 +205,10 @@ def check_rollout_turns(task_cls: type[Task], settings, turns: int, key: str,
         return
     if not settable:
         raise ValueError(f"the {key.split('.')[0]} loop samples {turns} model turn per episode, "
-                         f"but task {task_cls.name!r} needs {need} ({why}): change that "
-                         "setting, or train the task with grpo or ppo")
-    raise ValueError(f"{key}={turns}, but task {task_cls.name!r} needs {need} model turns per "
-                     f"episode ({why}): set {key}={need} or more")
+                         f"but task {task_cls.name!r} (data.name) needs {need} ({why}): change "
+                         "that setting, or train the task with grpo or ppo")
+    raise ValueError(f"{key}={turns}, but task {task_cls.name!r} (data.name) needs {need} model "
+                     f"turns per episode ({why}): set {key}={need} or more")
 
 
 def build_task(config: TaskConfig | dict | None = None) -> Task:
