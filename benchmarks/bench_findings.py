@@ -1,9 +1,12 @@
 """Do rlnb's knobs reproduce published findings at toy scale? A pilot for power, then one table.
 
 For each finding of ``rlnb.run.experiments.findings.FINDINGS`` (1 Dr. GRPO's length bias, 2 DAPO's
-clip-higher, 3 DAPO's dynamic sampling) every setting trains the tiny character-level Llama from
-its warm start (cached after the first run of a seed; settings of one finding share it) over
-the seeds, through ``rlnb.ablate`` (in this process, or ``--jobs N`` processes).
+clip-higher, 3 DAPO's dynamic sampling, 4 2-GRPO's group size at equal rollouts, 5 stale
+trajectories and the importance-sampling correction) every setting trains the tiny
+character-level Llama from its warm start (cached after the first run of a seed; settings of one
+finding share it) over the seeds, through ``rlnb.ablate`` (in this process, or ``--jobs N``
+processes), each run on one torch thread (``Finding.threads``: ``--jobs 2`` gives the same
+numbers on two cores in about half the time).
 
 1. Pilot (``--pilot-seeds``, ``--pilot-steps``; skipped with ``--no-pilot``): a few seeds and
    steps estimate the seed-to-seed spread of each metric's A − B, and the smallest effect the
@@ -13,11 +16,13 @@ the seeds, through ``rlnb.ablate`` (in this process, or ``--jobs N`` processes).
    interval of A − B (``rlnb.run.experiments.stats``), the sd of the per-seed differences, the
    smallest effect these seeds detect, the seeds the observed difference would need, and whether the
    interval lies on the side the paper predicts ("yes"), or "not reproduced". The settings were
-   chosen on tuning seeds 10-19; the seeds reported are 0, 1, ... (``Finding.seeds`` of them).
+   chosen on tuning seeds 10-19; the seeds reported are 0, 1, ... (``Finding.seeds`` of them),
+   and the re-run on seeds the study never saw is ``--seeds 20 21 22 23 24``.
 
     python benchmarks/bench_findings.py                   # pilot, then each finding's seeds
     python benchmarks/bench_findings.py --quick           # smoke test: small model, 2 steps
     python benchmarks/bench_findings.py --findings clip_higher --seeds 0 1 2 --no-pilot
+    python benchmarks/bench_findings.py --no-pilot --seeds 20 21 22 23 24   # unseen seeds
 
 The command, wall time and load average (other processes on the machine slow every run down)
 are printed with the table; ``--json PATH`` also writes every run's per-step record. Runs are
@@ -89,7 +94,8 @@ def main() -> None:
         t0 = time.perf_counter()
         result = run_finding(finding, seeds, num_steps=steps, root=root / name, **options)
         print(f"{name}: {len(finding.settings)} settings x {len(seeds)} seeds x "
-              f"{result.steps} steps in {time.perf_counter() - t0:.0f} s (load {load_text()}); "
+              f"{result.steps} steps in {time.perf_counter() - t0:.0f} s on {finding.threads} "
+              f"torch thread(s) a run (load {load_text()}); "
               f"warm start shared by the settings of each seed: {result.shared_warm_start}",
               flush=True)
         rows += [{"finding": finding.title, "seeds": len(seeds), **r} for r in result.rows]

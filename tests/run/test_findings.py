@@ -1,5 +1,6 @@
-"""The findings studies: length-by-outcome metrics, the addition_think task, and the effect
-table's reductions and verdicts, on hand-made numbers."""
+"""The findings studies: length-by-outcome metrics, the addition_think task, the effect
+table's reductions and verdicts on hand-made numbers, and each finding's settings, metrics and
+quick path (one thread a run, the same numbers in this process or another)."""
 
 import math
 
@@ -13,7 +14,7 @@ from rlnb.engine.trainers.grpo import GRPOTrainer, advantage_metrics
 from rlnb.engine.trainers.rollout import groups_with_signal, length_by_outcome
 from rlnb.engine.trainers.warm_start import supervised_batch
 from rlnb.run.experiments.effects import Metric, per_seed, reduce_run, verdict, with_wall_time
-from rlnb.run.experiments.findings import FINDINGS, effect_rows
+from rlnb.run.experiments.findings import FINDINGS, effect_rows, run_finding
 from rlnb.run.experiments.stats import Interval
 
 # ---------------------------------------------------------------------------------- metrics
@@ -221,6 +222,8 @@ def test_verdicts():
 @pytest.mark.parametrize("fast", [False, True])
 def test_every_setting_loads_and_differs_only_by_its_overrides(name, fast):
     finding = FINDINGS[name]
+    if "data.name=reasoning_gym" in finding.base:  # the envs extra
+        pytest.importorskip("reasoning_gym")
     configs = [rlnb.load_config(None, finding.overrides(s, 1, fast=fast))
                for s in finding.settings]
     dumps = [c.model_dump() for c in configs]
@@ -228,6 +231,8 @@ def test_every_setting_loads_and_differs_only_by_its_overrides(name, fast):
     for setting, dump in zip(finding.settings[1:], dumps[1:]):
         changed = {k for k in _flat(dump) if _flat(dump)[k] != _flat(dumps[0])[k]}
         named = {o.split("=")[0] for s in (finding.settings[0], setting) for o in s.overrides}
+        if any("async_grpo.enabled" in k for k in named):  # auto: false under the async loop
+            named.add("grpo.reuse_generation_logprobs")
         assert changed and changed <= named, (setting.label, changed)
 
 
@@ -239,3 +244,75 @@ def _flat(d, prefix=""):
         else:
             out[f"{prefix}{k}"] = v
     return out
+
+
+# ---------------------------------------------------------------------------------- findings 4, 5
+@pytest.mark.parametrize("fast", [False, True])
+def test_group_size_spends_the_same_rollouts_on_more_or_fewer_prompts(fast):
+    finding = FINDINGS["group_size"]
+    a, b = (rlnb.load_config(None, finding.overrides(s, 0, fast=fast)).grpo
+            for s in finding.settings)
+    assert (a.num_prompts_per_step, a.num_generations_per_prompt) == (128, 2)
+    assert (b.num_prompts_per_step, b.num_generations_per_prompt) == (16, 16)
+    assert a.num_prompts_per_step * a.num_generations_per_prompt == \
+        b.num_prompts_per_step * b.num_generations_per_prompt  # equal rollouts a step
+
+
+@pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize("age", [1, 8])
+def test_staleness_compares_stale_uncorrected_corrected_and_on_policy(age, fast):
+    finding = FINDINGS[f"staleness_{age}"]
+    uncorrected, corrected, on_policy = (rlnb.load_config(None, finding.overrides(s, 0, fast=fast))
+                                         for s in finding.settings)
+    for c in (uncorrected, corrected):
+        assert c.grpo.async_grpo.enabled and c.grpo.async_grpo.lockstep
+        assert c.grpo.async_grpo.max_trajectory_age_steps == age
+    assert not on_policy.grpo.async_grpo.enabled
+    assert not uncorrected.loss_fn.use_importance_sampling_correction
+    assert uncorrected.loss_fn.truncated_importance_sampling_type is None
+    for c in (corrected, on_policy):  # the correction, as configs/async_tiny.yaml has it
+        assert c.loss_fn.use_importance_sampling_correction
+        assert (c.loss_fn.truncated_importance_sampling_type,
+                c.loss_fn.truncated_importance_sampling_ratio) == ("tis", 2.0)
+    for c in (uncorrected, corrected, on_policy):  # ratio 1: only the weights w differ
+        assert c.loss_fn.force_on_policy_ratio
+        if not fast:  # one optimizer step per rollout
+            assert c.policy.train_global_batch_size == \
+                c.grpo.num_prompts_per_step * c.grpo.num_generations_per_prompt
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["group_size", "staleness_8"])
+def test_the_quick_path_runs_and_logs_every_metric(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLNB_CACHE_DIR", str(tmp_path / "cache"))
+    finding = FINDINGS[name]
+    threads = torch.get_num_threads()
+    result = run_finding(finding, [0], num_steps=2, fast=True, root=tmp_path / "runs",
+                         progress=False)  # FAST validates every step
+    assert torch.get_num_threads() == threads  # the finding's one thread, given back
+    for metric in finding.metrics:
+        for setting in finding.settings:
+            record = result.runs[setting.label][0]
+            assert any(r.get(metric.key) is not None for r in record), (setting.label, metric)
+    if name == "staleness_8":  # lockstep: ages 0, 1 in the first two steps; none on-policy
+        for label in ("age 8, uncorrected", "age 8, corrected"):
+            ages = [r["train/avg_trajectory_age"] for r in result.runs[label][0]
+                    if "train/avg_trajectory_age" in r]
+            assert ages == [0.0, 1.0], (label, ages)
+        assert not any("train/avg_trajectory_age" in r for r in result.runs["on-policy"][0])
+
+
+@pytest.mark.slow
+def test_a_finding_gives_the_same_numbers_here_and_in_a_process_of_its_own(tmp_path,
+                                                                          monkeypatch):
+    """One torch thread a run (Finding.threads): in this process or in a pool's process, the
+    same seed trains the same steps."""
+    monkeypatch.setenv("RLNB_CACHE_DIR", str(tmp_path / "cache"))
+    finding = FINDINGS["group_size"]
+    options = dict(num_steps=2, fast=True, extra=["grpo.val_period=0"], progress=False)
+    here = run_finding(finding, [0], root=tmp_path / "here", **options)
+    pool = run_finding(finding, [0], root=tmp_path / "pool", jobs=1, **options)
+    for setting in finding.settings:
+        losses = [[r.get("train/loss") for r in run[setting.label][0]]
+                  for run in (here.runs, pool.runs)]
+        assert losses[0] == losses[1] and any(x is not None for x in losses[0]), setting.label

@@ -326,28 +326,37 @@ def _async_grpo(nb):
 
 def _reproducing_findings(nb):
     out = stdout(nb)
-    # the four mechanisms on the frozen batch, each checked against the library
+    # the mechanisms on frozen batches, each checked against the library
     for line in ("per-token weights == -dL/dlog π of clipped_pg_loss: True",
                  "freed tokens == autograd's: True", "h == <grad H, grad log π_y> by autograd: True",
                  "kept rows == select_nonzero_std's: True",
                  "E[k1] == E[k3] == exact KL at every position: True",
-                 "sampled estimates == calculate_kl on the batch's log-probs: True"):
+                 "sampled estimates == calculate_kl on the batch's log-probs: True",
+                 "E∇(w·k1) == E∇(w·k3) == ∇KL(π‖π_ref): True",
+                 "without the score term, E∇k1 == 0: True and E∇k3 == ∇KL(π_ref‖π): True",
+                 "groups with signal == groups_with_signal's, by hand: True",
+                 "w == exp(log π_θ − log π_v): True",
+                 "pushes == -dL/dlog π of clipped_pg_loss, with and without the correction: True"):
         assert line in out, line
     tables = [h for h in mime_outputs(nb, "text/html") if "<table" in h]
     assert any("seq-mean + std (GRPO): per token" in t and "incorrect" in t for t in tables)
     assert any("freed" in t and "mean π_old" in t for t in tables), "no clip-higher summary"
     assert any("expected bias E[k] − KL" in t for t in tables), "no KL table"
+    assert any("predicted share, mean 1 − p^G" in t for t in tables), "no group-size table"
+    assert any("push kept" in t and "age k" in t for t in tables), "no staleness table"
     # the pilot through rlnb.ablate, with the power of the planned seeds
     assert any("detectable (80 % power)" in t and "seq-mean + std" in t for t in tables)
     assert "power of 5 seeds, from the pilot's spread:" in out
     assert "with 5 seeds the smallest effect detected with 80 % power" in out
     # every figure has its command printed beside it
-    assert out.count("rlnb run notebooks/07_reproducing_findings.ipynb -p fast True") == 3
+    assert out.count("rlnb run notebooks/07_reproducing_findings.ipynb -p fast True") == 5
     assert "rlnb.ablate({'seq-mean + std': ['loss_fn.token_level_loss=false']" in out
     # the findings: every diff printed, dynamic sampling skipped in fast mode, one table
     assert "+ loss_fn.token_level_loss=false" in out and "+ loss_fn.ratio_clip_max=0.28" in out
+    assert "+ grpo.num_generations_per_prompt=2" in out and "+ grpo.async_grpo.lockstep=true" in out
     assert "fast mode: skipped" in out
-    assert "9 comparisons from 2 seeds" in out  # 2 x 3 (length) + 3 (clip-higher)
+    # 2 x 3 (length) + 3 (clip-higher) + 3 (group size) + 2 x 2 x 3 (staleness at ages 1, 8)
+    assert "24 comparisons from 2 seeds" in out
     assert "predicted effects reproduced with 2 seeds" in out
     summary = [t for t in tables if "Dr. GRPO" in t and "ε_high" in t and "verdict" in t]
     assert summary, "no table of all findings"
@@ -355,6 +364,8 @@ def _reproducing_findings(nb):
     titles = [f.get("layout", {}).get("title", {}).get("text", "") for f in figures]
     assert "train/mean_gen_tokens_incorrect" in titles and "train/approx_entropy" in titles, titles
     assert any(t.startswith("Push per token on incorrect") for t in titles), titles
+    assert any(t.startswith("Which groups carry signal") for t in titles), titles
+    assert any(t.startswith("The stale batch's importance weights") for t in titles), titles
 
 
 def _dpo_vs_grpo(nb):

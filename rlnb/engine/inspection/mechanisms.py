@@ -5,6 +5,7 @@ no training, no seeds, the same answer every time (notebook 07's first half).
     length_bias(rollout, max_new_tokens=12).responses           # the push on each response's tokens
     clip_higher(adv, logprobs, logits=vocab_logits(model, rollout)).summary
     dynamic_sampling_drop(rollout).summary                       # groups it would drop
+    group_size_signal(rollout, sizes=(16, 2)).table              # signal per 256 rollouts
     kl_estimators(policy_logits, reference_logits, rollout).table  # k1/k2/k3 vs the exact KL
 
 1) Length bias (Dr. GRPO, https://arxiv.org/abs/2503.20783 §3.1): the gradient weight
@@ -16,6 +17,10 @@ no training, no seeds, the same answer every time (notebook 07's first half).
    ``rlnb.algorithms.dynamic_sampling``, and the generation batches that implies.
 4) KL estimators: k1, k2, k3 on the sampled tokens against the exact per-position KL, and
    their exact bias and variance over the vocabulary (``rlnb.algorithms.kl_exact``).
+5) Group size at equal rollouts (2-GRPO, https://arxiv.org/abs/2510.00977): one batch of many
+   prompts x many answers cut into G answers for rollouts/G prompts, for each G; how many
+   groups (distinct prompts) carry signal, against ``1 − p^G − (1 − p)^G`` per prompt.
+The staleness finding's mechanism (importance weights of a stale batch) is ``staleness.py``.
 
 Each function returns a small dataclass of pandas frames and the tensors behind them.
 """
@@ -267,3 +272,60 @@ def kl_estimators(logits: torch.Tensor, reference_logits: torch.Tensor, rollout:
             "share < 0": float((k < 0).double().mean()),
         })
     return KLEstimators(moments, sampled, pd.DataFrame(rows).set_index("estimator"))
+
+
+# ---------------------------------------------------------------------------------- 5 group size
+@dataclass
+class GroupSizeSignal:
+    """``table``: one row per group size, the same number of rollouts each; ``prompts``: one
+    row per prompt of the frozen batch, with its share of right answers; ``advantages``:
+    G -> ``[rollouts]`` each used row's advantage."""
+
+    table: object
+    prompts: object
+    advantages: dict
+
+
+def group_size_signal(rollout: RolloutBatch, sizes=(16, 2), *, rollouts: int | None = None,
+                      leave_one_out: bool = True, normalize_rewards: bool = True
+                      ) -> GroupSizeSignal:
+    """The frozen batch (P prompts x G answers, G ≥ every size) cut, for each G' in ``sizes``,
+    into the first ``rollouts/G'`` prompts with their first G' answers (``rollouts`` default:
+    P x the smallest size): the groups with mixed rewards, the rows with a nonzero GRPO
+    advantage, and the share of groups with signal predicted per prompt,
+    ``mean(1 − p^G' − (1 − p)^G')`` with p the prompt's share right over all its answers. The
+    advantages group rows by prompt tokens, as the trainer's do (a prompt drawn twice is one
+    group); the groups with signal are counted per generated group, as
+    ``train/groups_with_signal``."""
+    ids = rollout.group.unique().tolist()  # the groups in their order
+    members = [(rollout.group == g).nonzero().flatten() for g in ids]
+    answers = min(len(m) for m in members)
+    rollouts = len(ids) * min(sizes) if rollouts is None else rollouts
+    rewards = rollout.rewards.float()
+    share = torch.stack([rollout.correct[m].float().mean() for m in members])  # [P]
+    rows, advantages = [], {}
+    for g in sizes:
+        n = rollouts // g
+        if g > answers or n > len(ids) or n * g != rollouts:
+            raise ValueError(f"group size {g} at {rollouts} rollouts needs {rollouts / g:g} "
+                             f"prompts x {g} answers; the batch has {len(ids)} x {answers}")
+        idx = torch.cat([m[:g] for m in members[:n]])  # [n*g]
+        r = rewards[idx]
+        a = grpo_advantages(rollout.prompt_ids[idx], r, leave_one_out=leave_one_out,
+                            normalize_rewards=normalize_rewards)  # [n*g]
+        advantages[g] = a
+        by_group = r.view(n, g)  # [n, G']: the rows are taken group by group
+        mixed = (by_group != by_group[:, :1]).any(-1)  # [n]
+        p = share[:n]
+        rows.append({"G": g, "prompts": n, "rollouts": n * g,
+                     "groups with signal": int(mixed.sum()),
+                     "share of groups with signal": float(mixed.float().mean()),
+                     "predicted share, mean 1 − p^G − (1 − p)^G":
+                         float((1 - p ** g - (1 - p) ** g).mean()),
+                     "rows with A ≠ 0": int((a != 0).sum()),
+                     "Σ|A|": float(a.abs().sum())})
+    import pandas as pd
+
+    prompts = pd.DataFrame({"group": ids, "prompt": [rollout.prompts[int(m[0])] for m in members],
+                            "answers": [len(m) for m in members], "share right": share.tolist()})
+    return GroupSizeSignal(pd.DataFrame(rows).set_index("G"), prompts, advantages)
