@@ -2,7 +2,7 @@
 way of running torch's OpenMP threads, side by side in one run.
 
     python benchmarks/bench_busy.py                       # every arm, quiet then busy, 60 s each
-    python benchmarks/bench_busy.py --seconds 100 --busy 2 --arms default passive spin10k
+    python benchmarks/bench_busy.py --seconds 100 --busy 1 2 --arms default passive rlnb
 
 Each measurement is a fresh worker process that builds the embedded default trainer from its
 (cached) warm start, takes two untimed steps, then steps GRPO until ``--seconds`` have passed
@@ -13,7 +13,8 @@ and reports the steps taken. An *arm* is the environment and thread count the wo
   iterations before it sleeps), the torch threads = cores;
 - ``passive``: ``OMP_WAIT_POLICY=PASSIVE`` (a waiting thread sleeps at once);
 - ``spin<N>``: ``GOMP_SPINCOUNT=N`` (it spins N iterations, then sleeps);
-- ``rlnb``: what ``import rlnb`` chooses by itself (``rlnb/threads.py``);
+- ``rlnb``: what ``import rlnb`` chooses by itself after watching the cores (``rlnb/threads.py``:
+  a short spin when the run's threads have free cores, ``PASSIVE`` when they do not);
 - ``1thread``: one torch thread (no OpenMP barrier at all).
 
 *Busy* starts ``--busy`` processes that spin on a core each (a shell's ``while :; do :; done``,
@@ -44,16 +45,20 @@ ARMS = {
     "rlnb": ({}, None),
     "1thread": ({}, 1),
 }
-CLEARED = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "RLNB_OMP")  # an arm starts from none of them
+# an arm starts from none of them
+CLEARED = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "RLNB_OMP", "RLNB_OMP_CHOSEN")
 
 
 def worker(spec: dict) -> dict:
     """Steps of the default trainer in ``spec["seconds"]`` (after two untimed steps)."""
     if spec["arm"] != "rlnb":  # the other arms measure torch as the environment sets it up
         os.environ["RLNB_OMP"] = "off"
+    import rlnb  # first, as a user's notebook or rlnb's CLI does: it chooses before torch loads
+    from rlnb.threads import CHOSEN
+
+    chosen = CHOSEN  # None unless rlnb chose (the rlnb arm)
     import torch
 
-    import rlnb  # first, as a user's notebook or rlnb's CLI does
     from rlnb.run.training.warm_trainer import trainer_with_warm_start
 
     config = rlnb.load_config(None, [f"grpo.seed={spec['seed']}", "grpo.val_period=0",
@@ -69,6 +74,9 @@ def worker(spec: dict) -> dict:
             "threads": torch.get_num_threads(),
             "wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
             "spincount": os.environ.get("GOMP_SPINCOUNT", "(unset)"),
+            "chosen": None if chosen is None else
+            f"{chosen.setting} (others held {chosen.others:.1f} cores)"
+            if chosen.others is not None else chosen.setting,
             "reward": metrics.get("train/reward")}
 
 
@@ -102,7 +110,8 @@ def main() -> None:
     ap.add_argument("--spec", help=argparse.SUPPRESS)
     ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
     ap.add_argument("--seconds", type=float, default=60.0, help="timed training per measure")
-    ap.add_argument("--busy", type=int, default=2, help="busy processes beside the job")
+    ap.add_argument("--busy", type=int, nargs="+", default=[2],
+                    help="busy processes beside the job (each count measured after quiet)")
     ap.add_argument("--seed", type=int, default=11)
     args = ap.parse_args()
     if args.worker:
@@ -111,23 +120,28 @@ def main() -> None:
     cores = os.cpu_count() or 1
     print(f"python {' '.join(sys.argv)}\nbench_busy: {machine_line()}", flush=True)
     results: dict[tuple[str, int], dict] = {}
-    for busy in (0, args.busy):
+    levels = [0, *args.busy]
+    for busy in levels:
         for arm in args.arms:
             result, load = measure(arm, args, busy)
             results[(arm, busy)] = result
-            print(f"  {arm:>9} {'busy' if busy else 'quiet':>5}: {result['steps']:5d} steps in "
-                  f"{result['seconds']:.0f} s, {result['threads']} threads, load {load}",
+            chosen = f", rlnb chose {result['chosen']}" if result.get("chosen") else ""
+            print(f"  {arm:>9} {busy} busy: {result['steps']:5d} steps in "
+                  f"{result['seconds']:.0f} s, {result['threads']} threads{chosen}, load {load}",
                   flush=True)
-    quiet = results[("default", 0)]["steps"] if ("default", 0) in results else None
-    print(f"\n{'arm':>9} | quiet steps | x default | busy steps ({args.busy} beside) | "
-          f"x fair share")
+    quiet = results[("default", 0)]["steps"] if "default" in args.arms else None
+    print(f"\n{'arm':>9} | quiet steps | x default" + "".join(
+        f" | {k} busy: steps | x fair share" for k in args.busy))
     for arm in args.arms:
-        q, b = results[(arm, 0)], results[(arm, args.busy)]
-        fair = quiet * cores / (args.busy + cores) if quiet else None
-        print(f"{arm:>9} | {q['steps']:11d} | {q['steps'] / quiet:9.2f} | {b['steps']:28d} | "
-              f"{b['steps'] / fair:12.2f}" if quiet else f"{arm:>9} | {q['steps']} | {b['steps']}")
-    print(f"(fair share: the quiet default's steps x {cores} / ({args.busy} + {cores}); load after "
-          f"the last run {load_text()})")
+        q = results[(arm, 0)]["steps"]
+        line = f"{arm:>9} | {q:11d} | " + (f"{q / quiet:9.2f}" if quiet else f"{'':9}")
+        for k in args.busy:
+            b = results[(arm, k)]["steps"]
+            fair = quiet * cores / (k + cores) if quiet else None
+            line += f" | {b:13d} | " + (f"{b / fair:12.2f}" if fair else f"{'':12}")
+        print(line)
+    print(f"(fair share beside K busy: the quiet default's steps x {cores} / (K + {cores}); load "
+          f"after the last run {load_text()})")
 
 
 if __name__ == "__main__":

@@ -24,11 +24,11 @@ run_dir = None  # unused (rlnb run passes it to every notebook)
 samples = 200_000  # tokens drawn to measure each estimator's bias
 
 # %%
-import pandas as pd
-import torch
-
 from rlnb import teach
 from rlnb.algorithms.kl import calculate_kl
+
+import pandas as pd
+import torch
 
 torch.set_num_threads(teach.LAB_THREADS)  # one thread: the numbers the solutions quote
 

@@ -23,10 +23,10 @@ live_steps = None  # training steps per live run (None: the lab's own)
 run_dir = None  # unused (rlnb run passes it to every notebook)
 
 # %%
+from rlnb import teach
+
 import pandas as pd
 import torch
-
-from rlnb import teach
 
 torch.set_num_threads(teach.LAB_THREADS)  # one thread: the numbers the solutions quote
 

@@ -22,11 +22,11 @@ live_steps = None  # training steps per live run (None: the lab's own)
 run_dir = None  # unused (rlnb run passes it to every notebook)
 
 # %%
-import torch
-import torch.nn.functional as F
-
 from rlnb import teach
 from rlnb.algorithms.preference import dpo_loss as rlnb_dpo_loss
+
+import torch
+import torch.nn.functional as F
 
 torch.set_num_threads(teach.LAB_THREADS)  # one thread: the numbers the solutions quote
 
