@@ -140,3 +140,52 @@ def test_a_busy_machine_is_named_with_the_load_and_what_rlnb_chose(monkeypatch):
     assert busy_machine_note(1, cores=2, load=1.6, chosen=quiet) is None  # 1.5 cores free
     assert busy_machine_note(1, cores=2, load=2.6, chosen=quiet) is not None  # under one
     assert busy_machine_note(1, cores=4, load=2.0, chosen=quiet) is None
+
+
+def train(run_dir, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """``rlnb train`` on the tiny model in a process of its own (``env`` on top)."""
+    import os
+
+    from tiny_config import TINY
+
+    clean = {k: v for k, v in os.environ.items() if k not in OURS}
+    clean.update(HF_HUB_OFFLINE="1", RLNB_CACHE_DIR=str(run_dir.parent / "cache"), **env)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlnb.cli", "train", *TINY, "sft.enabled=false",
+         "grpo.val_period=0", "--no-progress", "--run-dir", str(run_dir), *args],
+        capture_output=True, text=True, env=clean, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out
+
+
+@pytest.mark.slow
+def test_the_wait_policy_changes_the_time_and_no_number(tmp_path):
+    import json
+
+    records = {}
+    for mode in ("passive", "spin", "off"):  # off: the runtime's own default spin
+        train(tmp_path / mode, "--steps", "3", RLNB_OMP=mode)
+        lines = (tmp_path / mode / "metrics.jsonl").read_text().splitlines()
+        records[mode] = [{k: v for k, v in json.loads(line).items()
+                          if not k.startswith("timing/")} for line in lines]
+    assert len(records["off"]) == 3 and "train/loss" in records["off"][-1]
+    assert records["passive"] == records["off"] and records["spin"] == records["off"]
+
+
+@pytest.mark.slow
+def test_a_run_started_beside_busy_processes_says_so_in_its_log(tmp_path):
+    # the real CLI, its log on stdout: what import rlnb saw, the load, what it chose
+    import os
+
+    cores = os.cpu_count() or 1
+    spinners = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(cores)]
+    try:
+        out = train(tmp_path / "run", "--steps", "1")
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    line = next((x for x in out.stdout.splitlines() if "the machine is busy" in x), None)
+    assert line, out.stdout[-2000:]
+    assert "other processes kept" in line and f"of {cores} cores busy when rlnb loaded" in line
+    assert "sleeping as soon as they wait (OMP_WAIT_POLICY=PASSIVE) (chosen by rlnb)" in line
