@@ -45,6 +45,18 @@ GRPO, DAPO, DR_GRPO = "seq-mean + std (GRPO)", "token-mean + std (DAPO)", \
     "token-sum, no std (Dr. GRPO)"
 
 
+def token_table(rollout: RolloutBatch, selected: torch.Tensor, columns: dict):
+    """One row per selected token (``selected`` ``[B, S]`` bool): its row, its position in the
+    response, the response text, then each of ``columns`` (name -> ``[B, S]`` tensor) there."""
+    import pandas as pd
+
+    rows, cols = selected.nonzero(as_tuple=True)
+    starts = (rollout.token_mask > 0).float().argmax(-1)  # first response position of each row
+    return pd.DataFrame({"row": rows.tolist(), "position": (cols - starts[rows]).tolist(),
+                         "response": [rollout.responses[i] for i in rows.tolist()],
+                         **{k: v[rows, cols].tolist() for k, v in columns.items()}})
+
+
 @torch.no_grad()
 def vocab_logits(model, rollout: RolloutBatch) -> torch.Tensor:
     """``[B, S, V]`` float32 logits of ``model`` in the stored layout: row t gives the
@@ -152,14 +164,9 @@ def clip_higher(advantages: AdvantageBatch, logprobs: torch.Tensor, *, logits=No
         H = token_entropy(logits, temperature)
     import pandas as pd
 
+    tokens = token_table(r, freed, {"A": A, "π_old": r.prev_logprobs.exp(),
+                                    "π": logprobs.exp(), "ρ": ratio, "w": w})
     rows, cols = freed.nonzero(as_tuple=True)
-    starts = (r.token_mask > 0).float().argmax(-1)  # first response position of each row
-    tokens = pd.DataFrame({
-        "row": rows.tolist(), "position": (cols - starts[rows]).tolist(),
-        "response": [r.responses[i] for i in rows.tolist()], "A": A[rows, cols].tolist(),
-        "π_old": r.prev_logprobs[rows, cols].exp().tolist(),
-        "π": logprobs[rows, cols].exp().tolist(), "ρ": ratio[rows, cols].tolist(),
-        "w": w[rows, cols].tolist()})
     if h is not None:
         tokens["H"] = H[rows, cols].tolist()
         tokens["h"] = h[rows, cols].tolist()

@@ -35,6 +35,7 @@ import torch
 from rlnb.algorithms.importance_sampling import truncated_importance_weights
 from rlnb.algorithms.token_weights import policy_gradient_weights
 from rlnb.engine.data.batches import AdvantageBatch
+from rlnb.engine.inspection.mechanisms import token_table
 
 
 @dataclass
@@ -91,15 +92,10 @@ def staleness(advantages: AdvantageBatch, logprobs: torch.Tensor, *,
             "push with correction (Σ|A·c·w|)": float(push["corrected"][sel].abs().sum()),
             "push kept": float(push["corrected"][sel].abs().sum()) / without
             if without else float("nan")})
-    rows, cols = valid.nonzero(as_tuple=True)
-    starts = (r.token_mask > 0).float().argmax(-1)  # first response position of each row
-    tokens = pd.DataFrame({
-        "row": rows.tolist(), "position": (cols - starts[rows]).tolist(),
-        "response": [r.responses[i] for i in rows.tolist()], "A": A[rows, cols].tolist(),
-        "π_v": r.generation_logprobs[rows, cols].exp().tolist(),
-        "π_θ": logprobs[rows, cols].exp().tolist(), "w": weights[rows, cols].tolist(),
-        "push without": push["uncorrected"][rows, cols].tolist(),
-        "push with": push["corrected"][rows, cols].tolist()})
+    tokens = token_table(r, valid, {"A": A, "π_v": r.generation_logprobs.exp(),
+                                    "π_θ": logprobs.exp(), "w": weights,
+                                    "push without": push["uncorrected"],
+                                    "push with": push["corrected"]})
     log_w = (weights.clamp(min=1e-30).log() * mask).sum(-1) / mask.sum(-1).clamp(min=1)
     responses = pd.DataFrame({
         "group": r.group.tolist(), "response": r.responses,
