@@ -98,11 +98,11 @@ def set_wait_policy(environ=os.environ, measure=busy_cores) -> None:
     mode = environ.get("RLNB_OMP", "auto").lower() or "auto"
     if mode not in CHOICES:
         raise ValueError(f"RLNB_OMP={environ['RLNB_OMP']!r}: expected one of {', '.join(CHOICES)}")
-    if "torch" in sys.modules or mode == "off":
+    if "torch" in sys.modules:
         return
-    if environ.get("RLNB_OMP_CHOSEN") in WAIT_VARS:  # a parent rlnb's choice: measure again
+    if environ.get("RLNB_OMP_CHOSEN") in WAIT_VARS:  # a parent rlnb's choice: choose again
         environ.pop(environ.pop("RLNB_OMP_CHOSEN"), None)
-    if any(v in environ for v in WAIT_VARS):
+    if mode == "off" or any(v in environ for v in WAIT_VARS):
         return
     cores = os.cpu_count() or 1
     given = environ.get("OMP_NUM_THREADS", "")

@@ -60,6 +60,7 @@ def test_a_parents_choice_is_made_again_in_the_process_it_starts():
     # rlnb chose there is marked, and the child chooses for itself
     inherited = {"GOMP_SPINCOUNT": str(SPIN_COUNT), "RLNB_OMP_CHOSEN": "GOMP_SPINCOUNT"}
     assert policy(**inherited, RLNB_OMP="passive").startswith("None b'PASSIVE'")
+    assert policy(**inherited, RLNB_OMP="off").startswith("None None")  # the runtime's own
     # a user's own variable carries no mark and is kept
     assert policy(GOMP_SPINCOUNT="77", RLNB_OMP="passive").startswith("b'77' None")
 
