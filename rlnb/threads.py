@@ -9,7 +9,7 @@ barrier after every parallel operation. A thread that arrives first spins before
 300,000 iterations by libgomp's default (milliseconds). On a quiet machine the others arrive
 within microseconds and the spin is what makes small operations fast; on a busy one the thread
 it waits for has lost its core to another process, and the spinning thread burns the slice that
-thread needed: two busy processes beside a 2-thread run made it 12 times slower, not 2
+thread needed: two busy processes beside a 2-thread run made it 7 to 12 times slower, not 2
 (docs/benchmarks.md#on-a-busy-machine). No one setting serves both: sleeping at once
 (``OMP_WAIT_POLICY=PASSIVE``) keeps a busy machine's fair share but halves the quiet speed, and a
 short spin keeps the quiet speed but loses half the busy one (the table in the docs).
