@@ -480,18 +480,24 @@ def test_an_agent_that_edits_its_last_reply_is_prompted_with_the_edit_and_the_ep
     assert rest == client.episode.calls[0].sampled.token_ids and all(mask)
 
 
-def test_episodes_whose_agent_rewrote_a_reply_are_counted_and_never_trained():
-    rows = [{"prompt": [{"role": "user", "content": "x"}], "answer": str(i),
-             "mode": "edit" if i % 2 else "keep"} for i in range(4)]
+EDIT_ROWS = [{"prompt": [{"role": "user", "content": "x"}], "answer": str(i),
+              "mode": "edit" if i % 2 else "keep"} for i in range(4)]
 
-    async def agent(client, row):
-        messages = [{"role": "user", "content": "go" + row["answer"]}]
-        reply = await client.chat.completions.create(messages=messages)
-        message = reply.choices[0].message
-        kept = message if row["mode"] == "keep" else {"role": "assistant", "content": "EDITED"}
-        messages += [kept, {"role": "user", "content": "more"}]
-        await client.chat.completions.create(messages=messages)
-        return float(len(message.content or "") % 2)  # some signal within a group
+
+async def editing_agent(client, row):
+    """Two calls; rows in ``"edit"`` mode rewrite the first reply to ``"EDITED"`` before the
+    second."""
+    messages = [{"role": "user", "content": "go" + row["answer"]}]
+    reply = await client.chat.completions.create(messages=messages)
+    message = reply.choices[0].message
+    kept = message if row["mode"] == "keep" else {"role": "assistant", "content": "EDITED"}
+    messages += [kept, {"role": "user", "content": "more"}]
+    await client.chat.completions.create(messages=messages)
+    return float(len(message.content or "") % 2)  # some signal within a group
+
+
+def test_episodes_whose_agent_rewrote_a_reply_are_counted_and_never_trained():
+    rows, agent = EDIT_ROWS, editing_agent
 
     extra = ["grpo.max_rollout_turns=2", "grpo.num_prompts_per_step=4"]
     trainer = trainer_for(AgentTask(agent, train=rows, name="edits"), extra)
@@ -579,17 +585,7 @@ def test_agent_tasks_train_under_async_grpo_with_their_masks_and_counts_through_
     from rlnb.engine.trainers.async_grpo import AsyncGRPOTrainer
     from rlnb.engine.trainers.loops import make_trainer
 
-    rows = [{"prompt": [{"role": "user", "content": "x"}], "answer": str(i),
-             "mode": "edit" if i % 2 else "keep"} for i in range(4)]
-
-    async def agent(client, row):
-        messages = [{"role": "user", "content": "go" + row["answer"]}]
-        reply = await client.chat.completions.create(messages=messages)
-        message = reply.choices[0].message
-        kept = message if row["mode"] == "keep" else {"role": "assistant", "content": "EDITED"}
-        messages += [kept, {"role": "user", "content": "more"}]
-        await client.chat.completions.create(messages=messages)
-        return float(len(message.content or "") % 2)
+    rows, agent = EDIT_ROWS, editing_agent
 
     config = load_config(None, [*SMALL, *ASYNC, "grpo.max_rollout_turns=2",
                                 "grpo.num_prompts_per_step=4"], preset="fast")
